@@ -1,0 +1,51 @@
+# hvlite: `make test` and `make demo` work on a fresh machine; both set up .venv first.
+#
+# MPI: by default the `mpich` wheel is installed into .venv and its mpicc builds the core.
+# On a cluster, point MPICC at the system MPI's wrapper (Open MPI, Intel MPI, MPICH modules):
+#     make install MPICC=$(which mpicc)
+# mpi4py is then built from source against that MPI too, and its mpiexec runs the jobs.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+MPICC  ?=
+NP     ?= 2
+MPIEXEC ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,$(VENV)/bin/mpiexec)
+STAMP  := $(VENV)/.hvlite-installed
+SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h) setup.py pyproject.toml
+
+.PHONY: install test demo bench clean
+
+install: $(STAMP)
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip "setuptools>=69" wheel
+
+$(VENV)/.mpi: | $(VENV)/bin/python
+ifeq ($(MPICC),)
+	$(PIP) install -q mpich "mpi4py>=4.0"
+else
+	MPICC=$(MPICC) $(PIP) install -q --no-binary mpi4py "mpi4py>=4.0"
+endif
+	touch $@
+
+# Built without build isolation: the extensions link against the venv's MPI and keep a RUNPATH
+# into it (an isolated build would point into a temporary directory that is gone afterwards).
+$(STAMP): $(SOURCES) $(VENV)/.mpi
+	$(PIP) install -q "cython>=3.0" "numpy>=1.24"
+	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[test,plot]"
+	touch $@
+
+test: install
+	$(PY) -m pytest tests -q
+
+demo: install
+	$(MPIEXEC) -n $(NP) $(PY) examples/allreduce_demo.py
+
+bench: install
+	$(MPIEXEC) -n $(NP) $(PY) scripts/bench_allreduce.py --csv bench_allreduce.csv --png bench_allreduce.png
+
+clean:
+	rm -rf build *.egg-info hvlite/_core/*.c hvlite/_core/*.so $(VENV)

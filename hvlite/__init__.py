@@ -1,0 +1,63 @@
+"""hvlite: Horovod-style collectives for data-parallel training, over MPI.
+
+    import hvlite as hvd
+    hvd.init()
+    g = hvd.allreduce(grad)          # average across ranks (op=hvd.Sum to add)
+"""
+from hvlite.collectives import allreduce, allreduce_
+from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
+                           MismatchError, MPIError, NotInitializedError)
+from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
+from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
+
+__version__ = "0.1.0"
+
+
+def init(comm=None):
+    """Initialize hvlite (idempotent). `comm`: an mpi4py communicator to work on; COMM_WORLD
+    by default. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it."""
+    _init(comm)
+
+
+def rank():
+    return _current().engine.rank
+
+
+def size():
+    return _current().engine.size
+
+
+def local_rank():
+    return _current().engine.local_rank
+
+
+def local_size():
+    return _current().engine.local_size
+
+
+def cross_rank():
+    return _current().engine.cross_rank
+
+
+def cross_size():
+    return _current().engine.cross_size
+
+
+def mpi_threads_supported():
+    """True when MPI runs at MPI_THREAD_MULTIPLE (Horovod's meaning)."""
+    rt = _current()
+    return rt.thread_level == rt.MPI.THREAD_MULTIPLE
+
+
+def mpi_thread_level():
+    """The thread level MPI actually provides, e.g. 'MPI_THREAD_SERIALIZED'."""
+    return _current().thread_level_name
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_thread_level",
+    "allreduce", "allreduce_", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
+    "MismatchError", "MPIError",
+]

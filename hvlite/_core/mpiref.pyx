@@ -1,0 +1,96 @@
+"""MPI_Allreduce pass-through: the reference every hvlite algorithm is measured against.
+
+Standard types map to MPI's predefined datatypes and ops. float16 and bfloat16 have no portable
+MPI type, so they travel as 2-byte contiguous types with user-defined ops that call hvlite's own
+kernels. Counts above INT_MAX go in pieces.
+"""
+from libc.stdint cimport uint16_t
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.reduce cimport *
+
+cdef enum:
+    PIECE_ELEMS = 1 << 30
+
+cdef bint _ready = False
+cdef MPI_Datatype _half_types[2]      # float16, bfloat16
+cdef MPI_Op _half_ops[4]              # indexed by OP_SUM, unused, OP_MIN, OP_MAX, OP_PRODUCT -> see _opslot
+
+
+cdef inline int _opslot(int op) noexcept nogil:
+    if op == OP_SUM:
+        return 0
+    if op == OP_MIN:
+        return 1
+    if op == OP_MAX:
+        return 2
+    return 3
+
+
+cdef inline void _apply(void* invec, void* inout, int* n, MPI_Datatype* dt, int op) noexcept nogil:
+    reduce_into(inout, invec, <size_t>n[0], DT_FLOAT16 if dt[0] == _half_types[0] else DT_BFLOAT16, op)
+
+cdef void _sum(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
+    _apply(a, b, n, dt, OP_SUM)
+cdef void _min(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
+    _apply(a, b, n, dt, OP_MIN)
+cdef void _max(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
+    _apply(a, b, n, dt, OP_MAX)
+cdef void _prod(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
+    _apply(a, b, n, dt, OP_PRODUCT)
+
+
+cdef int _setup() noexcept nogil:
+    global _ready
+    cdef int i, err = 0
+    for i in range(2):
+        err = err or MPI_Type_contiguous(2, MPI_BYTE, &_half_types[i])
+        err = err or MPI_Type_commit(&_half_types[i])
+    err = err or MPI_Op_create(_sum, 1, &_half_ops[0])
+    err = err or MPI_Op_create(_min, 1, &_half_ops[1])
+    err = err or MPI_Op_create(_max, 1, &_half_ops[2])
+    err = err or MPI_Op_create(_prod, 1, &_half_ops[3])
+    if not err:
+        _ready = True
+    return err
+
+
+cdef MPI_Datatype _mpi_type(int dt) noexcept nogil:
+    if dt == DT_FLOAT32: return MPI_FLOAT
+    if dt == DT_FLOAT64: return MPI_DOUBLE
+    if dt == DT_INT8: return MPI_INT8_T
+    if dt == DT_UINT8: return MPI_UINT8_T
+    if dt == DT_INT16: return MPI_INT16_T
+    if dt == DT_UINT16: return MPI_UINT16_T
+    if dt == DT_INT32: return MPI_INT32_T
+    if dt == DT_UINT32: return MPI_UINT32_T
+    if dt == DT_INT64: return MPI_INT64_T
+    if dt == DT_UINT64: return MPI_UINT64_T
+    if dt == DT_FLOAT16: return _half_types[0]
+    return _half_types[1]
+
+
+cdef MPI_Op _mpi_op(int dt, int op) noexcept nogil:
+    if dt == DT_FLOAT16 or dt == DT_BFLOAT16:
+        return _half_ops[_opslot(op)]
+    if op == OP_SUM: return MPI_SUM
+    if op == OP_MIN: return MPI_MIN
+    if op == OP_MAX: return MPI_MAX
+    return MPI_PROD
+
+
+cdef int mpi_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm) noexcept nogil:
+    cdef int err
+    cdef size_t off = 0, n, es = dtype_size(dtype)
+    if (dtype == DT_FLOAT16 or dtype == DT_BFLOAT16) and not _ready:
+        err = _setup()
+        if err:
+            return err
+    while off < count:
+        n = count - off if count - off < PIECE_ELEMS else PIECE_ELEMS
+        err = MPI_Allreduce(MPI_IN_PLACE, buf + off * es, <int>n, _mpi_type(dtype), _mpi_op(dtype, op), comm)
+        if err:
+            return err
+        off += n
+    return 0

@@ -1,0 +1,23 @@
+from mpi4py.libmpi cimport MPI_Comm
+
+# Errors the core reports besides MPI's own codes (which are >= 0; 0 is success).
+cdef enum:
+    HV_ERR_NOMEM = -1
+    HV_ERR_TOO_LARGE = -2
+
+# Two receive segments used round-robin: one is filled by MPI while the other is reduced.
+cdef struct Scratch:
+    char* buf
+    size_t seg_bytes
+
+ctypedef int (*allreduce_fn)(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
+                             Scratch* s) noexcept nogil
+
+cdef size_t block_start(size_t count, size_t parts, size_t b) noexcept nogil
+cdef int comm_size(MPI_Comm comm) noexcept nogil
+cdef int comm_rank(MPI_Comm comm) noexcept nogil
+cdef int sendrecv(const char* sbuf, size_t sbytes, int dest,
+                  char* rbuf, size_t rbytes, int src, MPI_Comm comm) noexcept nogil
+cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
+                         char* acc, size_t rcount, int src,
+                         int dtype, int op, MPI_Comm comm, Scratch* s) noexcept nogil

@@ -1,0 +1,13 @@
+# Reduction ops. Average never reaches a kernel: it is a Sum followed by divide_by.
+cdef enum Op:
+    OP_SUM = 0
+    OP_AVERAGE = 1
+    OP_MIN = 2
+    OP_MAX = 3
+    OP_PRODUCT = 4
+    OP_COUNT = 5
+
+# acc[i] = acc[i] (op) src[i] for i < n. acc and src never overlap.
+cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil
+# buf[i] /= divisor (integers truncate toward zero, 16-bit floats round once).
+cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil

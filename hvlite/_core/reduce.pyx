@@ -1,0 +1,149 @@
+"""Typed reduction kernels: one loop per (dtype, op), written so the C compiler vectorizes them.
+
+Integer arithmetic wraps (the module is compiled with -fwrapv), as NumPy's and MPI's do.
+"""
+from libc.stdint cimport int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
+from hvlite._core.dtypes cimport *
+
+cdef extern from "half.h" nogil:
+    float hv_half_to_float(uint16_t)
+    uint16_t hv_float_to_half(float)
+    float hv_bf16_to_float(uint16_t)
+    uint16_t hv_float_to_bf16(float)
+
+ctypedef fused num_t:
+    int8_t
+    uint8_t
+    int16_t
+    uint16_t
+    int32_t
+    uint32_t
+    int64_t
+    uint64_t
+    float
+    double
+
+
+cdef inline void _native(num_t* a, const num_t* b, size_t n, int op) noexcept nogil:
+    cdef size_t i
+    if op == OP_SUM:
+        for i in range(n):
+            a[i] = a[i] + b[i]
+    elif op == OP_PRODUCT:
+        for i in range(n):
+            a[i] = a[i] * b[i]
+    elif op == OP_MIN:
+        for i in range(n):
+            a[i] = b[i] if b[i] < a[i] else a[i]
+    elif op == OP_MAX:
+        for i in range(n):
+            a[i] = b[i] if b[i] > a[i] else a[i]
+
+
+ctypedef float (*widen_fn)(uint16_t) noexcept nogil
+ctypedef uint16_t (*narrow_fn)(float) noexcept nogil
+
+
+cdef inline void _half(uint16_t* a, const uint16_t* b, size_t n, int op, bint brain) noexcept nogil:
+    cdef size_t i
+    cdef float x, y
+    for i in range(n):
+        if brain:
+            x = hv_bf16_to_float(a[i]); y = hv_bf16_to_float(b[i])
+        else:
+            x = hv_half_to_float(a[i]); y = hv_half_to_float(b[i])
+        if op == OP_SUM:
+            x = x + y
+        elif op == OP_PRODUCT:
+            x = x * y
+        elif op == OP_MIN:
+            x = y if y < x else x
+        else:
+            x = y if y > x else x
+        a[i] = hv_float_to_bf16(x) if brain else hv_float_to_half(x)
+
+
+cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil:
+    if dtype == DT_FLOAT32:
+        _native(<float*>acc, <const float*>src, n, op)
+    elif dtype == DT_FLOAT64:
+        _native(<double*>acc, <const double*>src, n, op)
+    elif dtype == DT_FLOAT16:
+        _half(<uint16_t*>acc, <const uint16_t*>src, n, op, False)
+    elif dtype == DT_BFLOAT16:
+        _half(<uint16_t*>acc, <const uint16_t*>src, n, op, True)
+    elif dtype == DT_INT8:
+        _native(<int8_t*>acc, <const int8_t*>src, n, op)
+    elif dtype == DT_UINT8:
+        _native(<uint8_t*>acc, <const uint8_t*>src, n, op)
+    elif dtype == DT_INT16:
+        _native(<int16_t*>acc, <const int16_t*>src, n, op)
+    elif dtype == DT_UINT16:
+        _native(<uint16_t*>acc, <const uint16_t*>src, n, op)
+    elif dtype == DT_INT32:
+        _native(<int32_t*>acc, <const int32_t*>src, n, op)
+    elif dtype == DT_UINT32:
+        _native(<uint32_t*>acc, <const uint32_t*>src, n, op)
+    elif dtype == DT_INT64:
+        _native(<int64_t*>acc, <const int64_t*>src, n, op)
+    elif dtype == DT_UINT64:
+        _native(<uint64_t*>acc, <const uint64_t*>src, n, op)
+
+
+cdef inline void _idiv(num_t* a, size_t n, long d) noexcept nogil:
+    # Integers truncate toward zero (cdivision). d stays a long: a narrow cast of the rank count would overflow int8 at 128 ranks.
+    cdef size_t i
+    for i in range(n):
+        a[i] = <num_t>(a[i] / d) if num_t is float or num_t is double else a[i] // d
+
+
+cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil:
+    cdef size_t i
+    cdef uint16_t* h = <uint16_t*>buf
+    if divisor == 1:
+        return
+    if dtype == DT_FLOAT32:
+        _idiv(<float*>buf, n, divisor)
+    elif dtype == DT_FLOAT64:
+        _idiv(<double*>buf, n, divisor)
+    elif dtype == DT_FLOAT16:
+        for i in range(n):
+            h[i] = hv_float_to_half(hv_half_to_float(h[i]) / <float>divisor)
+    elif dtype == DT_BFLOAT16:
+        for i in range(n):
+            h[i] = hv_float_to_bf16(hv_bf16_to_float(h[i]) / <float>divisor)
+    elif dtype == DT_INT8:
+        _idiv(<int8_t*>buf, n, divisor)
+    elif dtype == DT_UINT8:
+        _idiv(<uint8_t*>buf, n, divisor)
+    elif dtype == DT_INT16:
+        _idiv(<int16_t*>buf, n, divisor)
+    elif dtype == DT_UINT16:
+        _idiv(<uint16_t*>buf, n, divisor)
+    elif dtype == DT_INT32:
+        _idiv(<int32_t*>buf, n, divisor)
+    elif dtype == DT_UINT32:
+        _idiv(<uint32_t*>buf, n, divisor)
+    elif dtype == DT_INT64:
+        _idiv(<int64_t*>buf, n, divisor)
+    elif dtype == DT_UINT64:
+        _idiv(<uint64_t*>buf, n, divisor)
+
+
+def reduce_arrays(acc, src, int dtype, int op):
+    """Test hook: acc (op)= src elementwise on two same-sized writable/readable buffers."""
+    cdef const unsigned char[::1] s = memoryview(src).cast("B")
+    cdef unsigned char[::1] a = memoryview(acc).cast("B")
+    if a.shape[0] != s.shape[0]:
+        raise ValueError("buffers differ in size")
+    cdef size_t n = a.shape[0] // dtype_size(dtype)
+    if n:
+        reduce_into(&a[0], &s[0], n, dtype, op)
+
+
+def divide_array(buf, int dtype, long divisor):
+    """Test hook: buf /= divisor with the core's rounding."""
+    cdef unsigned char[::1] a = memoryview(buf).cast("B")
+    cdef size_t n = a.shape[0] // dtype_size(dtype)
+    if n:
+        divide_by(&a[0], n, dtype, divisor)

@@ -1,0 +1,84 @@
+"""The alpha-beta cost model behind algorithm="auto".
+
+N ranks, n bytes, α seconds per message, β seconds per byte sent, γ seconds per byte reduced,
+L = log2 of the largest power of two p <= N:
+
+    tree          2⌈log2 N⌉(α + nβ) + ⌈log2 N⌉nγ
+    rhd           2Lα + 2((p-1)/p)nβ + ((p-1)/p)nγ   (+ 2(α + nβ) + nγ to fold when N != p)
+    ring          2(N-1)α + 2((N-1)/N)nβ + ((N-1)/N)nγ
+    hierarchical  ring among the L_node ranks of a node at intra-node α, β
+                  + the best of rhd/ring among the nodes on n/L_node bytes at inter-node α, β
+
+Flat algorithms on several nodes pay the inter-node figures (their slowest link). `auto` picks
+the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
+"""
+from libc.math cimport ceil, log2
+
+ALGORITHMS = {"auto": ALG_AUTO, "ring": ALG_RING, "rhd": ALG_RHD, "tree": ALG_TREE,
+              "hierarchical": ALG_HIERARCHICAL, "mpi": ALG_MPI}
+NAMES = {v: k for k, v in ALGORITHMS.items()}
+
+
+cdef double _flat(int algo, double n_bytes, int n, double a, double b, double g) noexcept nogil:
+    cdef int p = 1
+    cdef double lg, cost
+    if n <= 1:
+        return 0.0
+    if algo == ALG_TREE:
+        lg = ceil(log2(n))
+        return 2 * lg * (a + n_bytes * b) + lg * n_bytes * g
+    if algo == ALG_RING:
+        return 2 * (n - 1) * a + (n - 1.0) / n * n_bytes * (2 * b + g)
+    while p * 2 <= n:
+        p *= 2
+    cost = 2 * log2(p) * a + (p - 1.0) / p * n_bytes * (2 * b + g)
+    if p != n:
+        cost += 2 * (a + n_bytes * b) + n_bytes * g
+    return cost
+
+
+cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
+                    const CostModel* m) noexcept nogil:
+    cdef double a = m.alpha_inter if nodes > 1 else m.alpha_intra
+    cdef double b = m.beta_inter if nodes > 1 else m.beta_intra
+    cdef double inner, x1, x2
+    if algo == ALG_HIERARCHICAL:
+        inner = _flat(ALG_RING, nbytes, local_size, m.alpha_intra, m.beta_intra, m.gamma)
+        x1 = _flat(ALG_RHD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
+        x2 = _flat(ALG_RING, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
+        return inner + (x1 if x1 < x2 else x2)
+    return _flat(algo, nbytes, n, a, b, m.gamma)
+
+
+cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform,
+                const CostModel* m) noexcept nogil:
+    cdef int best = ALG_TREE, algo, i
+    cdef int candidates[3]
+    candidates[:] = [ALG_RHD, ALG_RING, ALG_HIERARCHICAL]
+    cdef double cost, best_cost = predict(ALG_TREE, nbytes, n, nodes, local_size, m)
+    for i in range(3):
+        algo = candidates[i]
+        if algo == ALG_HIERARCHICAL and (nodes <= 1 or not uniform):
+            continue
+        cost = predict(algo, nbytes, n, nodes, local_size, m)
+        if cost < best_cost:
+            best, best_cost = algo, cost
+    return best
+
+
+def model_from(alpha_intra, beta_intra, alpha_inter=None, beta_inter=None, gamma=None):
+    """A CostModel as a dict (Python view of the struct)."""
+    return {"alpha_intra": alpha_intra, "beta_intra": beta_intra,
+            "alpha_inter": alpha_inter if alpha_inter is not None else alpha_intra,
+            "beta_inter": beta_inter if beta_inter is not None else beta_intra,
+            "gamma": gamma if gamma is not None else beta_intra}
+
+
+def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1, int local_size=0):
+    cdef CostModel m = model
+    return predict(ALGORITHMS[algorithm], nbytes, n, nodes, local_size or n, &m)
+
+
+def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True):
+    cdef CostModel m = model
+    return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, &m)]

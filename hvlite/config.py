@@ -1,0 +1,94 @@
+"""Every setting, typed and validated, read once from the environment at init().
+
+A bad value is an error that names the variable and what it accepts; nothing is silently ignored.
+"""
+import dataclasses
+import os
+
+from hvlite.errors import ConfigError
+
+ALGORITHMS = ("auto", "ring", "rhd", "tree", "hierarchical", "mpi")
+THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    allreduce_algorithm: str = "auto"
+    # Only one thread calls MPI at a time in hvlite's design, so SERIALIZED is enough; MPICH
+    # switches its shared-memory collectives off at MULTIPLE. Ask for multiple if your own code
+    # calls MPI from several threads at once.
+    mpi_thread_level: str = "multiple"
+    local_size: int = 0            # 0: nodes from MPI_COMM_TYPE_SHARED; K: pretend nodes of K ranks
+    segment_bytes: int = 256 << 10  # receive segment for the reduce steps (two are kept)
+    check_agreement: bool = True   # a cheap collective metadata check before each sync allreduce
+    alpha_intra: float = 2e-6      # cost model: seconds per message within a node
+    beta_intra: float = 1 / 4e9    #   seconds per byte within a node
+    alpha_inter: float = 10e-6     #   seconds per message between nodes
+    beta_inter: float = 1 / 1.2e9  #   seconds per byte between nodes
+    gamma: float = 1 / 6e9         #   seconds per byte reduced
+
+
+def _choice(env, name, choices, default):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={raw!r} is not valid; accepted values: {', '.join(choices)}")
+    return value
+
+
+def _int(env, name, default, lo, hi):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer (accepted: {lo}..{hi})") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={raw!r} is out of range (accepted: {lo}..{hi})")
+    return value
+
+
+def _float(env, name, default):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not value > 0:
+        raise ConfigError(f"{name}={raw!r} must be positive")
+    return value
+
+
+def _bool(env, name, default):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (accepted: 1/0, true/false, yes/no, on/off)")
+
+
+def load(env=None):
+    """Settings from the environment (os.environ unless env is given)."""
+    env = os.environ if env is None else env
+    d = Settings()
+    return Settings(
+        allreduce_algorithm=_choice(env, "HVLITE_ALLREDUCE_ALGORITHM", ALGORITHMS, d.allreduce_algorithm),
+        mpi_thread_level=_choice(env, "HVLITE_MPI_THREAD_LEVEL", THREAD_LEVELS, d.mpi_thread_level),
+        local_size=_int(env, "HVLITE_LOCAL_SIZE", d.local_size, 0, 1 << 20),
+        segment_bytes=_int(env, "HVLITE_SEGMENT_BYTES", d.segment_bytes, 1024, 1 << 28),
+        check_agreement=_bool(env, "HVLITE_CHECK_AGREEMENT", d.check_agreement),
+        alpha_intra=_float(env, "HVLITE_ALPHA_INTRA", d.alpha_intra),
+        beta_intra=_float(env, "HVLITE_BETA_INTRA", d.beta_intra),
+        alpha_inter=_float(env, "HVLITE_ALPHA_INTER", d.alpha_inter),
+        beta_inter=_float(env, "HVLITE_BETA_INTER", d.beta_inter),
+        gamma=_float(env, "HVLITE_GAMMA", d.gamma),
+    )

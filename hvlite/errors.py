@@ -1,0 +1,36 @@
+"""The exception tree. Each class also derives from the built-in a caller would catch
+(Horovod raises ValueError, TypeError and RuntimeError in the same places)."""
+
+
+class HvliteError(Exception):
+    """Root of every error hvlite raises."""
+
+
+class NotInitializedError(HvliteError, ValueError):
+    """An hvlite call before hvlite.init() (or after shutdown())."""
+
+
+class ConfigError(HvliteError, ValueError):
+    """A setting (environment variable or argument) with a value hvlite does not accept."""
+
+
+class DtypeError(HvliteError, TypeError):
+    """A tensor whose dtype the core cannot reduce."""
+
+
+class InvalidArgumentError(HvliteError, ValueError):
+    """A bad argument: unknown op or algorithm, read-only output, and the like."""
+
+
+class MismatchError(HvliteError, RuntimeError):
+    """Ranks called the same collective with different shapes, dtypes, ops or algorithms,
+    or some rank failed its own input checks. Raised on every rank."""
+
+
+class MPIError(HvliteError, RuntimeError):
+    """An error code from MPI (or the core below it), with MPI's own message."""
+
+    def __init__(self, code, message):
+        super().__init__(f"MPI error {code}: {message}")
+        self.code = code
+        self.mpi_message = message

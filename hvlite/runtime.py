@@ -1,0 +1,101 @@
+"""The one Runtime object: MPI set-up, topology, the core engine, and shutdown.
+
+hvlite keeps all of its state here; the module holds only a reference to the current runtime.
+"""
+import atexit
+import sys
+
+from hvlite import config as _config
+from hvlite.errors import ConfigError, NotInitializedError
+
+_LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
+                "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
+
+_current = None
+
+
+def _mpi(thread_level):
+    """Import mpi4py.MPI, initializing MPI at `thread_level` unless something already did."""
+    if "mpi4py.MPI" not in sys.modules:
+        import mpi4py
+        mpi4py.rc.thread_level = thread_level
+    from mpi4py import MPI
+    if not MPI.Is_initialized():
+        MPI.Init_thread({"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                         "serialized": MPI.THREAD_SERIALIZED,
+                         "multiple": MPI.THREAD_MULTIPLE}[thread_level])
+    if MPI.Is_finalized():
+        raise NotInitializedError("hvlite.init(): MPI has already been finalized in this process")
+    return MPI
+
+
+class Runtime:
+    """Communicators (a private duplicate of the user's, plus node-local and cross-node splits),
+    the Cython engine, and the settings they were made with."""
+
+    def __init__(self, comm, settings):
+        self.settings = settings
+        MPI = self.MPI = _mpi(settings.mpi_thread_level)
+        from hvlite._core.engine import Engine
+
+        base = MPI.COMM_WORLD if comm is None else comm
+        self.comm = base.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        rank = self.comm.Get_rank()
+        if settings.local_size:
+            self.local = self.comm.Split(rank // settings.local_size, rank)
+        else:
+            self.local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        self.cross = self.comm.Split(self.local.Get_rank(), rank)
+        local_sizes = self.comm.allgather(self.local.Get_size())
+        leaders = self.comm.allreduce(1 if self.local.Get_rank() == 0 else 0)
+        self.thread_level = MPI.Query_thread()
+        s = settings
+        model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra,
+                 "alpha_inter": s.alpha_inter, "beta_inter": s.beta_inter, "gamma": s.gamma}
+        self.engine = Engine(self.comm, self.local, self.cross, len(set(local_sizes)) == 1,
+                             leaders, s.segment_bytes, model)
+
+    @property
+    def thread_level_name(self):
+        MPI = self.MPI
+        return {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
+                MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED",
+                MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}[self.thread_level]
+
+    def close(self):
+        self.engine.close()
+        if not self.MPI.Is_finalized():
+            for c in (self.cross, self.local, self.comm):
+                c.Free()
+
+
+def init(comm=None):
+    """Start hvlite on `comm` (an mpi4py communicator; COMM_WORLD by default). Idempotent."""
+    global _current
+    if _current is not None:
+        return _current
+    settings = _config.load()
+    _current = Runtime(comm, settings)
+    return _current
+
+
+def shutdown():
+    """Release hvlite's communicators and buffers. Safe to call twice, and called at exit."""
+    global _current
+    rt, _current = _current, None
+    if rt is not None:
+        rt.close()
+
+
+def current():
+    if _current is None:
+        raise NotInitializedError("hvlite has not been initialized; call hvlite.init() first")
+    return _current
+
+
+def is_initialized():
+    return _current is not None
+
+
+atexit.register(shutdown)

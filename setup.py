@@ -1,0 +1,57 @@
+"""Build the Cython core with the MPI compiler wrapper.
+
+The compiler is `$MPICC` if set, else the `mpicc` next to the running Python (the `mpich` wheel puts
+one into the venv), else `mpicc` on PATH. The wrapper already adds MPI's include path, library and a
+RUNPATH to its lib directory, so the extensions find `libmpi` without relying on import order.
+"""
+import os
+import shutil
+import sys
+import sysconfig
+
+import mpi4py
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+
+def find_mpicc():
+    cand = os.environ.get("MPICC")
+    if cand:
+        return cand
+    here = os.path.join(os.path.dirname(sys.executable), "mpicc")
+    if os.path.exists(here):
+        return here
+    found = shutil.which("mpicc")
+    if not found:
+        sys.exit("hvlite: no MPI compiler found; install the 'mpich' wheel or set MPICC=/path/to/mpicc")
+    return found
+
+
+mpicc = find_mpicc()
+os.environ["CC"] = mpicc
+# LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
+ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
+os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
+
+MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "tree", "hierarchical", "mpiref", "select", "engine"]
+ext = [
+    Extension(
+        f"hvlite._core.{m}",
+        [f"hvlite/_core/{m}.pyx"],
+        include_dirs=[mpi4py.get_include(), numpy.get_include(), "hvlite/_core"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-O3", "-fwrapv", "-fno-strict-aliasing", "-Wno-unused-function"],
+    )
+    for m in MODULES
+]
+
+setup(
+    ext_modules=cythonize(
+        ext,
+        language_level=3,
+        nthreads=int(os.environ.get("HVLITE_BUILD_JOBS", "0")) or None,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True,
+                             "initializedcheck": False, "embedsignature": True},
+    ),
+)

@@ -1,0 +1,65 @@
+"""The reduction kernels against NumPy, element for element, in one process."""
+import numpy as np
+import pytest
+
+from hvlite._core.dtypes import NAMES, code_of, size_of, supported_names
+from hvlite._core.reduce import divide_array, reduce_arrays
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+OPS = {0: np.add, 2: np.minimum, 3: np.maximum, 4: np.multiply}
+ALL = [BF16 if n == "bfloat16" else np.dtype(n) for n in NAMES]
+
+
+def sample(dtype, n=1037, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == BF16 or np.issubdtype(dtype, np.floating):
+        return (rng.standard_normal(n) * 50).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=n, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_kernel_matches_numpy_bitwise(dtype, op):
+    a, b = sample(dtype, seed=1), sample(dtype, seed=2)
+    want = OPS[op](a, b).astype(dtype)   # integer overflow wraps in NumPy too
+    got = a.copy()
+    with np.errstate(over="ignore"):
+        reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(dtype), op)
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("n", [1, 3, 7, 128])
+def test_divide_matches_numpy(dtype, n):
+    a = sample(dtype, seed=3)
+    if dtype == BF16 or np.issubdtype(dtype, np.floating):
+        want = (a / np.asarray(n, dtype)).astype(dtype)
+    else:   # truncation toward zero, as C's integer division
+        q = np.abs(a.astype(object)) // n
+        want = np.array([v if x >= 0 else -v for x, v in zip(a.astype(object), q)], dtype=dtype)
+    got = a.copy()
+    divide_array(got.view(np.uint8), code_of(dtype), n)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_float16_rounding_edges():
+    """Sums that land between two halves round to even; overflow goes to inf."""
+    h = np.float16
+    cases = [(h(2048), h(1)), (h(2048), h(3)), (h(65504), h(65504)), (h(6e-8), h(6e-8)),
+             (h(-0.0), h(0.0)), (h(1e-4), h(-1e-4))]
+    for x, y in cases:
+        got = np.array([x], h)
+        reduce_arrays(got.view(np.uint8), np.array([y], h).view(np.uint8), code_of(np.dtype(h)), 0)
+        with np.errstate(over="ignore"):
+            want = np.array([x], h) + np.array([y], h)
+        assert got.tobytes() == want.tobytes(), (x, y, got, want)
+
+
+def test_dtype_table():
+    assert code_of(np.dtype(np.complex64)) == -1
+    assert code_of(np.dtype(bool)) == -1
+    assert "bfloat16" in supported_names() and "float32" in supported_names()
+    for dt in ALL:
+        assert size_of(code_of(dt)) == dt.itemsize

@@ -1,0 +1,41 @@
+"""The cost model behind algorithm="auto": the formulas, and the choices they imply."""
+import pytest
+
+from hvlite._core.select import choose_name, model_from, predict_seconds
+
+SHM = model_from(alpha_intra=2e-6, beta_intra=1 / 4e9, alpha_inter=20e-6, beta_inter=1 / 1.2e9,
+                 gamma=1 / 6e9)
+
+
+def test_ring_formula():
+    a, b, g, n, N = 2e-6, 1 / 4e9, 1 / 6e9, 1 << 20, 4
+    want = 2 * (N - 1) * a + 2 * (N - 1) / N * n * b + (N - 1) / N * n * g
+    assert predict_seconds("ring", n, N, SHM) == pytest.approx(want)
+
+
+def test_tree_and_rhd_formulas():
+    a, b, g, n = 2e-6, 1 / 4e9, 1 / 6e9, 4096
+    assert predict_seconds("tree", n, 5, SHM) == pytest.approx(2 * 3 * (a + n * b) + 3 * n * g)
+    fold = 2 * (a + n * b) + n * g
+    assert predict_seconds("rhd", n, 5, SHM) == pytest.approx(2 * 2 * a + 0.75 * n * (2 * b + g) + fold)
+    assert predict_seconds("rhd", n, 4, SHM) == pytest.approx(2 * 2 * a + 0.75 * n * (2 * b + g))
+    assert predict_seconds("ring", n, 1, SHM) == 0
+
+
+@pytest.mark.parametrize("n", [2, 4, 5, 8, 16])
+def test_tiny_buffers_pick_a_log_depth_algorithm(n):
+    # (at N=3 the ring also needs only 2(N-1) = 4 messages, so it may win there)
+    assert choose_name(64, n, SHM) in ("tree", "rhd")
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 12])
+def test_large_buffers_on_non_powers_of_two_pick_ring(n):
+    assert choose_name(256 << 20, n, SHM) == "ring"
+
+
+def test_several_nodes_pick_hierarchical_for_large_buffers():
+    assert choose_name(64 << 20, 16, SHM, nodes=4, local_size=4) == "hierarchical"
+    # uneven nodes: the per-slice hierarchical variant does not apply
+    assert choose_name(64 << 20, 15, SHM, nodes=4, local_size=4, uniform=False) != "hierarchical"
+    # one node: never hierarchical
+    assert choose_name(64 << 20, 8, SHM) != "hierarchical"

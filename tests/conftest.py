@@ -1,0 +1,58 @@
+"""Launch rank-side test modules under mpiexec with a hard timeout.
+
+`run_mpi(n, "tests/mpi/mpi_x.py", ...)` runs pytest on that file in every rank. A non-zero exit or
+a timeout fails the calling test and shows every rank's output, lines prefixed by rank; on a
+timeout the whole process group is killed, so a hang costs its timeout and never the CI run.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def mpiexec_path():
+    explicit = os.environ.get("HVLITE_MPIEXEC")
+    if explicit:
+        return explicit
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True):
+    """Run `target` (a rank-side pytest file, or a plain script if pytest_module=False) on n ranks."""
+    mpiexec = mpiexec_path()
+    if not mpiexec:
+        pytest.fail("no mpiexec found (run `make install`, or set HVLITE_MPIEXEC)")
+    path = os.path.join(ROOT, target)
+    inner = ([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
+              "-rfE", path] if pytest_module else [sys.executable, path])
+    cmd = [mpiexec, "-n", str(n), "-prepend-rank"] + inner + list(args)
+    full_env = dict(os.environ)
+    full_env["PYTHONUNBUFFERED"] = "1"
+    full_env.update(env or {})
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"{' '.join(cmd[3:5])} ... on {n} ranks hung: killed after {timeout}s "
+                    f"(env {env or {}}). Output of every rank:\n{out}", pytrace=False)
+    if proc.returncode != 0:
+        pytest.fail(f"{target} on {n} ranks exited {proc.returncode} after "
+                    f"{time.monotonic() - t0:.1f}s (env {env or {}}). Output of every rank:\n{out}",
+                    pytrace=False)
+    return out
+
+
+@pytest.fixture
+def mpirun():
+    return run_mpi

@@ -1,0 +1,55 @@
+"""Rank side: topology, thread level, and running on a communicator the user passes in."""
+import os
+
+import hvlite as hvd
+
+hvd.init()  # before mpi4py.MPI is imported, so HVLITE_MPI_THREAD_LEVEL decides the level
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from helpers import assert_everywhere  # noqa: E402
+
+WORLD = MPI.COMM_WORLD
+RANK, N = WORLD.Get_rank(), WORLD.Get_size()
+
+
+def test_topology():
+    hvd.init()
+    k = int(os.environ.get("HVLITE_LOCAL_SIZE", "0"))
+    assert (hvd.rank(), hvd.size()) == (RANK, N)
+    if k:
+        node, nodes = RANK // k, (N + k - 1) // k
+        assert hvd.local_rank() == RANK % k
+        assert hvd.local_size() == min(k, N - node * k)
+        assert hvd.cross_rank() == node
+        # cross = ranks with my local rank: one per node that has that many ranks
+        assert hvd.cross_size() == sum(1 for n in range(nodes) if min(k, N - n * k) > RANK % k)
+    else:  # one machine: one node
+        assert (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == (RANK, N, 0, 1)
+
+
+def test_thread_level_reported():
+    hvd.init()
+    want = os.environ.get("HVLITE_MPI_THREAD_LEVEL", "multiple")
+    level = MPI.Query_thread()
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+             MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    assert names[level] == want
+    assert hvd.mpi_thread_level() == f"MPI_THREAD_{want.upper()}"
+    assert hvd.mpi_threads_supported() == (want == "multiple")
+
+
+def test_user_communicator():
+    """init(comm) on half of the ranks: sums stay within each half."""
+    hvd.shutdown()
+    half = WORLD.Split(RANK % 2, RANK)
+    hvd.init(comm=half)
+    try:
+        assert hvd.size() == half.Get_size() and hvd.rank() == half.Get_rank()
+        got = hvd.allreduce(np.full(7, RANK, np.int32), op=hvd.Sum, algorithm="ring")
+        want = sum(r for r in range(N) if r % 2 == RANK % 2)
+        assert_everywhere([] if np.all(got == want) else [f"half sum {got} != {want}"])
+    finally:
+        hvd.shutdown()
+        half.Free()

@@ -1,0 +1,35 @@
+"""Settings: defaults, parsing, and errors that name the variable and the accepted values."""
+import pytest
+
+from hvlite import ConfigError
+from hvlite.config import Settings, load
+
+
+def test_defaults():
+    s = load({})
+    assert s == Settings()
+    assert s.allreduce_algorithm == "auto" and s.mpi_thread_level == "multiple"
+
+
+def test_values_parse():
+    s = load({"HVLITE_ALLREDUCE_ALGORITHM": "Ring", "HVLITE_MPI_THREAD_LEVEL": "serialized",
+              "HVLITE_LOCAL_SIZE": "2", "HVLITE_SEGMENT_BYTES": "65536",
+              "HVLITE_CHECK_AGREEMENT": "off", "HVLITE_ALPHA_INTRA": "1e-6"})
+    assert (s.allreduce_algorithm, s.mpi_thread_level, s.local_size, s.segment_bytes,
+            s.check_agreement, s.alpha_intra) == ("ring", "serialized", 2, 65536, False, 1e-6)
+
+
+@pytest.mark.parametrize("var,value,fragment", [
+    ("HVLITE_ALLREDUCE_ALGORITHM", "butterfly", "ring, rhd"),
+    ("HVLITE_MPI_THREAD_LEVEL", "many", "serialized"),
+    ("HVLITE_LOCAL_SIZE", "two", "integer"),
+    ("HVLITE_LOCAL_SIZE", "-1", "out of range"),
+    ("HVLITE_SEGMENT_BYTES", "12", "out of range"),
+    ("HVLITE_CHECK_AGREEMENT", "maybe", "boolean"),
+    ("HVLITE_GAMMA", "0", "positive"),
+])
+def test_bad_values_name_the_variable(var, value, fragment):
+    with pytest.raises(ConfigError) as info:
+        load({var: value})
+    assert var in str(info.value) and repr(value) in str(info.value) and fragment in str(info.value)
+    assert isinstance(info.value, ValueError)
