@@ -34,7 +34,7 @@ os.environ["CC"] = mpicc
 ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
-MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "tree", "hierarchical", "mpiref", "select", "engine"]
+MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "mpiref", "select", "engine"]
 ext = [
     Extension(
         f"hvlite._core.{m}",

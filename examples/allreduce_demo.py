@@ -30,8 +30,10 @@ def main():
         x = np.zeros(nbytes // 4, np.float32)
         cells = []
         for algo in ("mpi", "ring", "rhd", "tree", "auto"):
+            hvd.allreduce_(x, op=hvd.Sum, algorithm=algo)          # warm-up
             times = []
             for _ in range(20):
+                hvd._current().comm.Barrier()
                 t0 = time.perf_counter()
                 hvd.allreduce_(x, op=hvd.Sum, algorithm=algo)
                 times.append(time.perf_counter() - t0)

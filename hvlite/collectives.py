@@ -90,7 +90,8 @@ def allreduce(x, op=Average, name=None, algorithm=None):
     """Return a new array holding the reduction of `x` (anything array-like) across all ranks.
 
     op: hvlite.Sum, Average (default, as in Horovod), Min, Max or Product.
-    algorithm: "ring", "rhd", "tree", "hierarchical", "mpi" or "auto" (HVLITE_ALLREDUCE_ALGORITHM).
+    algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "mpi" or "auto" (default from
+    HVLITE_ALLREDUCE_ALGORITHM).
     """
     rt = runtime.current()
     name = name or f"allreduce.noname.{next(_auto_names)}"

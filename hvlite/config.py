@@ -7,7 +7,7 @@ import os
 
 from hvlite.errors import ConfigError
 
-ALGORITHMS = ("auto", "ring", "rhd", "tree", "hierarchical", "mpi")
+ALGORITHMS = ("auto", "ring", "rhd", "rd", "tree", "hierarchical", "mpi")
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 
 

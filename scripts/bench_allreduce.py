@@ -3,7 +3,8 @@
     mpiexec -n 2 python scripts/bench_allreduce.py [--sizes 4K,1M,...] [--csv out.csv] [--png out.png]
 
 Each size gets one persistent float32 buffer (scratch and buffers persist across calls, as in
-training). Repetitions interleave the algorithms so drift on a noisy machine hits them alike; a
+training). Each repetition runs the algorithms in a fresh random order, so drift and ordering
+effects on a noisy machine hit them alike; a
 rep's time is the slowest rank's, and the table shows medians. The reference is MPI_Allreduce in
 place on the same buffer, at the same thread level, called through the same Python path.
 Bus bandwidth = 2(N-1)/N * bytes / time.
@@ -55,9 +56,10 @@ def measure(rt, buf, algos, budget_s, max_reps):
     est = comm.allreduce(max(once(a) for a in algos), op=rt.MPI.MAX)
     reps = int(max(5, min(max_reps, budget_s / max(est * len(algos), 1e-7))))
     times = np.zeros((len(algos), reps))
+    order = np.random.default_rng(reps)          # same seed, so the same order on every rank
     for i in range(reps):
-        for j, a in enumerate(algos):
-            times[j, i] = once(a)
+        for j in order.permutation(len(algos)):
+            times[j, i] = once(algos[j])
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=rt.MPI.MAX)
     return {a: float(np.median(slowest[j])) for j, a in enumerate(algos)}, reps
@@ -80,7 +82,7 @@ def main():
     if args.algorithms:
         algos = args.algorithms.split(",")
     else:
-        algos = ["mpi", "ring", "rhd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else []) + ["auto"]
+        algos = ["mpi", "ring", "rhd", "rd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else []) + ["auto"]
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = []
     if rank == 0:
@@ -134,6 +136,8 @@ def plot(rows, algos, n, level, path):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
                 linestyle="--" if a == "mpi" else "-", label="MPI_Allreduce" if a == "mpi" else a)
     ax.set_xscale("log", base=2)
+    sizes = sorted({r["bytes"] for r in rows})
+    ax.set_xticks(sizes, [human(b).replace(" ", "") for b in sizes])
     ax.set_xlabel("buffer size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title(f"all-reduce, {n} ranks, float32 sum, {level}")

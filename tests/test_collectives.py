@@ -33,3 +33,15 @@ def test_harness_reports_a_hang(mpirun):
     with pytest.raises(pytest.fail.Exception) as info:
         mpirun(2, "tests/mpi/hang.py", timeout=8, pytest_module=False)
     assert "hung" in str(info.value) and "[1]" in str(info.value) and "rank 1 waiting" in str(info.value)
+
+
+def _available_gib():
+    with open("/proc/meminfo") as f:
+        info = dict(line.split(":", 1) for line in f)
+    return int(info["MemAvailable"].split()[0]) / (1 << 20)
+
+
+def test_buffers_over_two_to_the_31_elements(mpirun):
+    if _available_gib() < 8:
+        pytest.skip("needs 8 GiB of free memory (two ranks with a 2 GiB buffer each)")
+    mpirun(2, "tests/mpi/mpi_large.py", timeout=400)

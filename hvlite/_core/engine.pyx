@@ -10,10 +10,11 @@ from mpi4py.libmpi cimport *
 cimport mpi4py.MPI as MPI
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport OP_SUM, OP_AVERAGE, divide_by
-from hvlite._core.p2p cimport Scratch, allreduce_fn, HV_ERR_NOMEM, HV_ERR_TOO_LARGE
+from hvlite._core.p2p cimport Scratch, allreduce_fn, HV_ERR_NOMEM
 from hvlite._core.select cimport *
 from hvlite._core.ring cimport ring_allreduce
 from hvlite._core.rhd cimport rhd_allreduce
+from hvlite._core.rd cimport rd_allreduce
 from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
@@ -33,6 +34,8 @@ cdef allreduce_fn _flat_fn(int algo) noexcept nogil:
         return ring_allreduce
     if algo == ALG_RHD:
         return rhd_allreduce
+    if algo == ALG_RD:
+        return rd_allreduce
     return tree_allreduce
 
 
@@ -41,8 +44,6 @@ def error_string(int code):
     cdef int n = 0
     if code == HV_ERR_NOMEM:
         return "out of memory allocating request or scratch space"
-    if code == HV_ERR_TOO_LARGE:
-        return "message too large"
     if MPI_Error_string(code, msg, &n) != MPI_SUCCESS:
         return f"unknown MPI error {code}"
     return msg[:n].decode("utf-8", "replace")
@@ -150,15 +151,21 @@ cdef class Engine:
     cdef int _run(self, char* buf, size_t count, int dtype, int op, int algo) noexcept nogil:
         cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
         cdef int err
+        cdef double nbytes
         if count == 0 or self.size == 1:
             return 0
         if algo == ALG_MPI:
             err = mpi_allreduce(buf, count, dtype, kernel_op, self.comm)
         elif algo == ALG_HIERARCHICAL:
+            # The cross-node algorithm must be the same on every rank that runs it, so it is
+            # chosen from values all ranks share: the slice size when nodes are equal (then
+            # local_size is the same everywhere), else the whole buffer the leaders reduce.
+            nbytes = <double>(count * dtype_size(dtype))
+            if self.uniform:
+                nbytes /= self.local_size
             err = hierarchical_allreduce(
                 buf, count, dtype, kernel_op, self.local, self.cross, self.uniform,
-                _flat_fn(choose(<double>(count * dtype_size(dtype)) / self.local_size, self.nodes,
-                                1, 1, True, &self.model)), &self.scratch)
+                _flat_fn(choose(nbytes, self.nodes, 1, 1, True, &self.model)), &self.scratch)
         else:
             err = _flat_fn(algo)(buf, count, dtype, kernel_op, self.comm, &self.scratch)
         if err == 0 and op == OP_AVERAGE:

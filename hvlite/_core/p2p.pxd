@@ -3,7 +3,6 @@ from mpi4py.libmpi cimport MPI_Comm
 # Errors the core reports besides MPI's own codes (which are >= 0; 0 is success).
 cdef enum:
     HV_ERR_NOMEM = -1
-    HV_ERR_TOO_LARGE = -2
 
 # Two receive segments used round-robin: one is filled by MPI while the other is reduced.
 cdef struct Scratch:

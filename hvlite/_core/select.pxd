@@ -6,7 +6,8 @@ cdef enum Algorithm:
     ALG_TREE = 3
     ALG_HIERARCHICAL = 4
     ALG_MPI = 5
-    ALG_COUNT = 6
+    ALG_RD = 6
+    ALG_COUNT = 7
 
 # Seconds per message (alpha) and per byte moved (beta), within a node and between nodes, and
 # seconds per byte reduced (gamma).

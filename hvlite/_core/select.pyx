@@ -4,17 +4,18 @@ N ranks, n bytes, α seconds per message, β seconds per byte sent, γ seconds p
 L = log2 of the largest power of two p <= N:
 
     tree          2⌈log2 N⌉(α + nβ) + ⌈log2 N⌉nγ
+    rd            Lα + L·n(β + γ)                    (+ the same fold as rhd when N != p)
     rhd           2Lα + 2((p-1)/p)nβ + ((p-1)/p)nγ   (+ 2(α + nβ) + nγ to fold when N != p)
     ring          2(N-1)α + 2((N-1)/N)nβ + ((N-1)/N)nγ
     hierarchical  ring among the L_node ranks of a node at intra-node α, β
-                  + the best of rhd/ring among the nodes on n/L_node bytes at inter-node α, β
+                  + the best of rd/rhd/ring among the nodes on n/L_node bytes at inter-node α, β
 
 Flat algorithms on several nodes pay the inter-node figures (their slowest link). `auto` picks
 the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
 """
 from libc.math cimport ceil, log2
 
-ALGORITHMS = {"auto": ALG_AUTO, "ring": ALG_RING, "rhd": ALG_RHD, "tree": ALG_TREE,
+ALGORITHMS = {"auto": ALG_AUTO, "ring": ALG_RING, "rhd": ALG_RHD, "rd": ALG_RD, "tree": ALG_TREE,
               "hierarchical": ALG_HIERARCHICAL, "mpi": ALG_MPI}
 NAMES = {v: k for k, v in ALGORITHMS.items()}
 
@@ -31,7 +32,10 @@ cdef double _flat(int algo, double n_bytes, int n, double a, double b, double g)
         return 2 * (n - 1) * a + (n - 1.0) / n * n_bytes * (2 * b + g)
     while p * 2 <= n:
         p *= 2
-    cost = 2 * log2(p) * a + (p - 1.0) / p * n_bytes * (2 * b + g)
+    if algo == ALG_RD:
+        cost = log2(p) * (a + n_bytes * (b + g))
+    else:
+        cost = 2 * log2(p) * a + (p - 1.0) / p * n_bytes * (2 * b + g)
     if p != n:
         cost += 2 * (a + n_bytes * b) + n_bytes * g
     return cost
@@ -46,6 +50,8 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
         inner = _flat(ALG_RING, nbytes, local_size, m.alpha_intra, m.beta_intra, m.gamma)
         x1 = _flat(ALG_RHD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
         x2 = _flat(ALG_RING, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
+        x1 = x1 if x1 < x2 else x2
+        x2 = _flat(ALG_RD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
         return inner + (x1 if x1 < x2 else x2)
     return _flat(algo, nbytes, n, a, b, m.gamma)
 
@@ -53,10 +59,10 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
 cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform,
                 const CostModel* m) noexcept nogil:
     cdef int best = ALG_TREE, algo, i
-    cdef int candidates[3]
-    candidates[:] = [ALG_RHD, ALG_RING, ALG_HIERARCHICAL]
+    cdef int candidates[4]
+    candidates[:] = [ALG_RD, ALG_RHD, ALG_RING, ALG_HIERARCHICAL]
     cdef double cost, best_cost = predict(ALG_TREE, nbytes, n, nodes, local_size, m)
-    for i in range(3):
+    for i in range(4):
         algo = candidates[i]
         if algo == ALG_HIERARCHICAL and (nodes <= 1 or not uniform):
             continue

@@ -17,7 +17,7 @@ from helpers import (DTYPES, OPS, assert_everywhere, assert_identical_everywhere
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
-ALGORITHMS = os.environ.get("HVLITE_TEST_ALGORITHMS", "ring,rhd,tree,hierarchical,mpi,auto").split(",")
+ALGORITHMS = os.environ.get("HVLITE_TEST_ALGORITHMS", "ring,rhd,rd,tree,hierarchical,mpi,auto").split(",")
 SMALL = sorted({0, 1, max(N - 1, 0), N + 1, 97})
 
 
@@ -126,4 +126,18 @@ def test_many_calls_reuse_scratch():
         want = N * i + N * (N - 1) // 2
         if count and not np.all(got == want):
             failures.append(f"call {i}: {got[:3]} != {want}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("op", [hvd.Min, hvd.Max], ids=lambda o: o.name)
+def test_signed_zeros_identical_on_every_rank(op):
+    """+0 and -0 compare equal, so Min/Max must combine in one fixed order to agree bitwise."""
+    rng = np.random.default_rng([11, RANK])
+    x = np.where(rng.random(4099) < 0.5, -0.0, 0.0).astype(np.float32)
+    failures = []
+    for algo in ALGORITHMS:
+        got = hvd.allreduce(x, op=op, algorithm=algo)
+        if np.any(got != 0):
+            failures.append(f"{algo}: nonzero result")
+        assert_identical_everywhere(got, f"{algo} {op.name} of signed zeros")
     assert_everywhere(failures)
