@@ -30,11 +30,16 @@ def find_mpicc():
 
 mpicc = find_mpicc()
 os.environ["CC"] = mpicc
+# C++ modules link with the C++ wrapper next to mpicc (mpicxx), so libstdc++ comes along.
+mpicxx = os.environ.get("MPICXX") or os.path.join(os.path.dirname(mpicc), "mpicxx")
+os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx") or "c++")
 # LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
 ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
-MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "mpiref", "select", "engine"]
+MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "mpiref", "select",
+           "dispatch", "engine"]
+CXX_MODULES = ["operations", "cache", "negotiate", "fusion", "coordinator"]   # C++: std containers, no GIL
 ext = [
     Extension(
         f"hvlite._core.{m}",
@@ -42,8 +47,9 @@ ext = [
         include_dirs=[mpi4py.get_include(), numpy.get_include(), "hvlite/_core"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-fwrapv", "-fno-strict-aliasing", "-Wno-unused-function"],
+        language="c++" if m in CXX_MODULES else "c",
     )
-    for m in MODULES
+    for m in MODULES + CXX_MODULES
 ]
 
 setup(

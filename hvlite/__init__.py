@@ -4,9 +4,15 @@
     hvd.init()
     g = hvd.allreduce(grad)          # average across ranks (op=hvd.Sum to add)
 """
-from hvlite.collectives import allreduce, allreduce_
+from hvlite.collectives import (Handle, allgather, allgather_async, allgather_object, allreduce,
+                                allreduce_, allreduce_async, allreduce_async_, alltoall,
+                                alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
+                                broadcast_async_, broadcast_object, grouped_allreduce,
+                                grouped_allreduce_async, join, poll, reducescatter,
+                                reducescatter_async, synchronize)
 from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
-                           MismatchError, MPIError, NotInitializedError)
+                           MismatchError, MPIError, NotInitializedError, ShutdownError,
+                           StallError)
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
 
@@ -57,7 +63,11 @@ def mpi_thread_level():
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_threads_supported", "mpi_thread_level",
-    "allreduce", "allreduce_", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+    "grouped_allreduce_async", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "barrier", "join", "broadcast_object", "allgather_object", "poll",
+    "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
-    "MismatchError", "MPIError",
+    "MismatchError", "MPIError", "ShutdownError", "StallError",
 ]

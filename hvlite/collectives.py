@@ -1,89 +1,194 @@
-"""Public collectives: argument checks, then the core.
+"""Public collectives: argument checks here, everything else in the background coordinator.
 
-Input checks that fail on some ranks only still take part in the collective metadata check,
-so every rank raises (naming the offending rank) instead of the others hanging.
+Every collective is submitted to the coordinator and returns a Handle; the synchronous forms are
+`synchronize(<op>_async(...))`. An argument that fails its check on one rank still goes to the
+coordinator as a poisoned request, so every other rank's handle for that name fails too (naming
+this rank and its problem) instead of waiting forever; this rank raises at once.
 """
-import itertools
+import pickle
 
 import numpy as np
 
 from hvlite import runtime
 from hvlite.config import ALGORITHMS
-from hvlite.errors import DtypeError, InvalidArgumentError, MismatchError
-from hvlite.ops import Average, ReduceOp, as_op
+from hvlite.errors import (DtypeError, InvalidArgumentError, MismatchError, MPIError,
+                           ShutdownError, StallError)
+from hvlite.ops import Average, as_op
+# The core is compiled; importing it here (not at package import) would start MPI early.
+CODES = code_of = supported_names = None
 
-_auto_names = itertools.count()
-_FIELDS = ("element count", "dtype", "op", "algorithm")
+
+def _bind_core():
+    global CODES, code_of, supported_names
+    from hvlite._core.dtypes import code_of as c, supported_names as s
+    from hvlite._core.select import ALGORITHMS
+    CODES, code_of, supported_names = ALGORITHMS, c, s
+
+# Collective codes, as in _core/request.pxd
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
+_KIND = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
+         ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter", BARRIER: "barrier", JOIN: "join"}
+# Error kinds, as in _core/request.pxd
+_E_MISMATCH, _E_SHUTDOWN, _E_STALL, _E_MPI, _E_INVALID = 1, 2, 3, 4, 5
+
+
+def _error(kind, message):
+    if kind == _E_MISMATCH:
+        return MismatchError(message)
+    if kind == _E_SHUTDOWN:
+        return ShutdownError(message)
+    if kind == _E_STALL:
+        return StallError(message)
+    if kind == _E_MPI:
+        return MPIError(-1, message)
+    return InvalidArgumentError(message)
+
+
+class Handle:
+    """An in-flight collective. `poll()` says whether it finished; `synchronize()` waits and
+    returns its result (or raises what went wrong, on every rank involved)."""
+
+    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "__weakref__")
+
+    def __init__(self, pending, finish, name):
+        self._pending, self._finish, self.name = pending, finish, name
+        self._done = False
+
+    def poll(self):
+        return self._done or self._pending.poll()
+
+    def wait(self):
+        if not self._done:
+            self._pending.wait()
+
+    def synchronize(self):
+        if self._done:
+            return self._result
+        p = self._pending
+        p.wait()
+        self._done = True
+        if p.status != 1:
+            self._result = None
+            raise _error(p.error_kind, p.error)
+        self._result = self._finish(p)
+        self._pending = None
+        return self._result
+
+
+class GroupHandle:
+    """Handles of one grouped call; synchronizes to the list of results."""
+
+    __slots__ = ("handles", "__weakref__")
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def synchronize(self):
+        return [h.synchronize() for h in self.handles]
+
+
+def poll(handle):
+    """True when the collective behind `handle` has finished."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Wait for `handle` and return its result."""
+    return handle.synchronize()
 
 
 def _algorithm_code(algorithm, rt):
-    from hvlite._core.select import ALGORITHMS as CODES
     name = rt.settings.allreduce_algorithm if algorithm is None else algorithm
-    if name not in ALGORITHMS:
+    code = CODES.get(name)
+    if code is None or name not in ALGORITHMS:
         raise InvalidArgumentError(
             f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
-    return CODES[name]
+    return code
 
 
-def _describe(meta):
-    from hvlite._core.select import NAMES as ALG
-    count, dtype, op, algo = meta
-    return (count, dtype, ReduceOp(op).name if 0 <= op < len(ReduceOp) else "invalid",
-            ALG.get(algo, "invalid"))
-
-
-def _raise_disagreement(rt, name, meta, local_error):
-    """Collective: gather each rank's metadata and raise the same MismatchError everywhere."""
-    everyone = rt.comm.allgather((_describe(meta), str(local_error) if local_error else None))
-    lines = []
-    for r, (_, err) in enumerate(everyone):
-        if err:
-            lines.append(f"rank {r}: {err}")
-    for i, field in enumerate(_FIELDS):
-        values = [d[i] for d, _ in everyone]
-        if len(set(values)) > 1:
-            lines.append(f"ranks disagree on {field}: " +
-                         ", ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
-    raise MismatchError(f"allreduce {name!r} failed on every rank: " + "; ".join(lines))
-
-
-def _prepare(x, name, op, algorithm, rt):
-    """Check arguments. Returns (dtype code, op code, algorithm code, local error or None);
-    a failed check gives code -1 instead of raising, so the collective check can fail everywhere."""
-    from hvlite._core.dtypes import code_of, supported_names
-    err = None
-    try:
-        opc = int(as_op(op))
-    except InvalidArgumentError as e:
-        opc, err = -1, InvalidArgumentError(f"allreduce {name!r}: {e}")
-    try:
-        algo = _algorithm_code(algorithm, rt)
-    except InvalidArgumentError as e:
-        algo, err = -1, err or InvalidArgumentError(f"allreduce {name!r}: {e}")
+def _dtype_code(x, name, kind):
     code = code_of(x.dtype)
     if code < 0:
-        err = err or DtypeError(f"allreduce {name!r}: unsupported dtype {x.dtype}; hvlite reduces "
-                                f"{', '.join(supported_names())}")
-    return code, opc, algo, err
+        raise DtypeError(f"{kind} {name!r}: unsupported dtype {x.dtype}; hvlite handles "
+                         f"{', '.join(supported_names())}")
+    return code
 
 
-def allreduce_(x, op=Average, name=None, algorithm=None):
-    """Reduce `x` across all ranks in place and return it. `x` must be a writable NumPy array;
-    a non-contiguous one is reduced through a contiguous copy."""
+def _submit(rt, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
+            finish=None, check=None):
+    """Queue one request. `check()` runs the argument checks and returns the codes it found;
+    if it raises, a poisoned request goes out under the same name and this rank re-raises."""
+    name = name or rt.auto_name(_KIND[kind])
+    shape = x.shape if x is not None else ()
+    try:
+        if check is not None:
+            found = check(name)
+            code, op, algo = found[:3]
+            if len(found) > 3:
+                splits = found[3]
+    except (DtypeError, InvalidArgumentError) as e:
+        c = code_of(x.dtype) if x is not None else 0
+        p = rt.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
+                                  f"{type(e).__name__}: {e}")
+        if isinstance(p, tuple):
+            raise _error(*p) from None
+        raise
+    p = rt.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
+    if isinstance(p, tuple):
+        raise _error(*p)
+    h = Handle(p, finish, name)
+    h._result = (x, out)           # keep the buffers alive until the coordinator is done
+    rt.outstanding.add(h)
+    return h
+
+
+def _contiguous(x):
+    x = np.asarray(x)
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+# ---- allreduce ------------------------------------------------------------------------------
+
+def _allreduce_check(rt, x, op, algorithm, inplace):
+    def check(name):
+        o = int(as_op(op))
+        algo = _algorithm_code(algorithm, rt)
+        code = _dtype_code(x, name, "allreduce")
+        if inplace and not x.flags.writeable:
+            raise InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
+                                       "hvlite.allreduce() for an out-of-place result")
+        return code, o, algo
+    return check
+
+
+def allreduce_async(x, op=Average, name=None, algorithm=None):
+    """Start reducing `x` across all ranks into a new array; returns a Handle."""
     rt = runtime.current()
-    name = name or f"allreduce.noname.{next(_auto_names)}"
+    x = _contiguous(x)
+    out = np.empty_like(x)
+    return _submit(rt, ALLREDUCE, name, x, out, finish=lambda p: out,
+                   check=_allreduce_check(rt, x, op, algorithm, False))
+
+
+def allreduce_async_(x, op=Average, name=None, algorithm=None):
+    """Start reducing the NumPy array `x` in place; returns a Handle."""
+    rt = runtime.current()
     if not isinstance(x, np.ndarray):
         raise InvalidArgumentError(
-            f"allreduce_ {name!r}: in-place reduction needs a NumPy array, got {type(x).__name__}")
-    code, op, algo, err = _prepare(x, name, op, algorithm, rt)
-    if err is None and not x.flags.writeable:
-        err = InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
-                                   "hvlite.allreduce() for an out-of-place result")
-    work = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    _reduce(rt, work, code, op, algo, name, err)
-    if work is not x:
+            f"allreduce_: in-place reduction needs a NumPy array, got {type(x).__name__}")
+    if x.flags.c_contiguous:
+        return _submit(rt, ALLREDUCE, name, x, x, finish=lambda p: x,
+                       check=_allreduce_check(rt, x, op, algorithm, True))
+    work = np.ascontiguousarray(x)
+
+    def finish(p):
         x[...] = work
-    return x
+        return x
+    return _submit(rt, ALLREDUCE, name, work, work, finish=finish,
+                   check=_allreduce_check(rt, x, op, algorithm, True))
 
 
 def allreduce(x, op=Average, name=None, algorithm=None):
@@ -93,23 +198,182 @@ def allreduce(x, op=Average, name=None, algorithm=None):
     algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "mpi" or "auto" (default from
     HVLITE_ALLREDUCE_ALGORITHM).
     """
+    return allreduce_async(x, op, name, algorithm).synchronize()
+
+
+def allreduce_(x, op=Average, name=None, algorithm=None):
+    """Reduce the NumPy array `x` in place across all ranks and return it."""
+    return allreduce_async_(x, op, name, algorithm).synchronize()
+
+
+def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None):
+    """Start reducing a list of arrays as one group (negotiated and fused together)."""
     rt = runtime.current()
-    name = name or f"allreduce.noname.{next(_auto_names)}"
-    x = np.asarray(x)
-    code, op, algo, err = _prepare(x, name, op, algorithm, rt)
-    out = np.array(x, order="C", copy=True) if err is None else x
-    _reduce(rt, out, code, op, algo, name, err)
+    base = name or rt.auto_name("grouped_allreduce")
+    return GroupHandle([allreduce_async(t, op, f"{base}.{i}", algorithm)
+                        for i, t in enumerate(tensors)])
+
+
+def grouped_allreduce(tensors, op=Average, name=None, algorithm=None):
+    return grouped_allreduce_async(tensors, op, name, algorithm).synchronize()
+
+
+# ---- allgather, broadcast, alltoall, reducescatter ------------------------------------------
+
+def allgather_async(x, name=None):
+    """Start concatenating every rank's `x` along the first dimension (which may differ by rank)."""
+    rt = runtime.current()
+    x = _contiguous(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    dtype, tail = x.dtype, x.shape[1:]
+
+    def finish(p):
+        return np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
+    return _submit(rt, ALLGATHER, name, x, finish=finish,
+                   check=lambda n: (_dtype_code(x, n, "allgather"), 0, 0))
+
+
+def allgather(x, name=None):
+    return allgather_async(x, name).synchronize()
+
+
+def _root_check(rt, x, root_rank, kind, inplace=False):
+    def check(name):
+        code = _dtype_code(x, name, kind)
+        if not isinstance(root_rank, (int, np.integer)) or not 0 <= root_rank < rt.engine.size:
+            raise InvalidArgumentError(f"{kind} {name!r}: root_rank {root_rank!r} is not a rank "
+                                       f"of this job (0..{rt.engine.size - 1})")
+        if inplace and not x.flags.writeable:
+            raise InvalidArgumentError(f"{kind} {name!r}: the array is read-only")
+        return code, 0, 0
+    return check
+
+
+def broadcast_async(x, root_rank, name=None):
+    """Start copying root_rank's `x` to every rank, into a new array."""
+    rt = runtime.current()
+    x = _contiguous(x)
+    out = np.empty_like(x)
+    root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else 0
+    return _submit(rt, BROADCAST, name, x, out, root=root, finish=lambda p: out,
+                   check=_root_check(rt, x, root_rank, "broadcast"))
+
+
+def broadcast_async_(x, root_rank, name=None):
+    """Start overwriting the NumPy array `x` with root_rank's, in place."""
+    rt = runtime.current()
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
+        raise InvalidArgumentError("broadcast_: needs a C-contiguous NumPy array")
+    root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else 0
+    return _submit(rt, BROADCAST, name, x, x, root=root, finish=lambda p: x,
+                   check=_root_check(rt, x, root_rank, "broadcast_", inplace=True))
+
+
+def broadcast(x, root_rank, name=None):
+    return broadcast_async(x, root_rank, name).synchronize()
+
+
+def broadcast_(x, root_rank, name=None):
+    return broadcast_async_(x, root_rank, name).synchronize()
+
+
+def alltoall_async(x, splits=None, name=None):
+    """Start sending splits[i] rows of `x` (along the first dimension) to rank i; without
+    splits, equal parts. The result is the received rows, in rank order; with splits given, the
+    handle's result is (rows, received_splits)."""
+    rt = runtime.current()
+    x = _contiguous(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    n = rt.engine.size
+    dtype, tail = x.dtype, x.shape[1:]
+    given = splits is not None
+
+    def check(name):
+        sp = None
+        code = _dtype_code(x, name, "alltoall")
+        if given:
+            s = np.asarray(splits, dtype=np.int64).ravel()
+            if s.size != n or (s < 0).any() or s.sum() != x.shape[0]:
+                raise InvalidArgumentError(
+                    f"alltoall {name!r}: splits {list(map(int, s))} must hold {n} non-negative "
+                    f"row counts summing to the first dimension {x.shape[0]}")
+            sp = [int(v) for v in s]
+        elif x.shape[0] % n:
+            raise InvalidArgumentError(f"alltoall {name!r}: first dimension {x.shape[0]} does "
+                                       f"not split evenly over {n} ranks; pass splits=")
+        return code, 0, 0, sp
+
+    def finish(p):
+        rows = np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
+        return (rows, np.asarray(p.result_splits, dtype=np.int64)) if given else rows
+    return _submit(rt, ALLTOALL, name, x, check=check, finish=finish)
+
+
+def alltoall(x, splits=None, name=None):
+    return alltoall_async(x, splits, name).synchronize()
+
+
+def reducescatter_async(x, op=Average, name=None):
+    """Start reducing `x` across ranks and keeping this rank's block of rows (the first
+    dimension split into size blocks, the first `rows % size` one row longer)."""
+    rt = runtime.current()
+    x = _contiguous(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    n, r = rt.engine.size, rt.engine.rank
+    rows = x.shape[0] // n + (1 if r < x.shape[0] % n else 0)
+    out = np.empty((rows,) + x.shape[1:], dtype=x.dtype)
+
+    def check(name):
+        return _dtype_code(x, name, "reducescatter"), int(as_op(op)), 0
+    return _submit(rt, REDUCESCATTER, name, x, out, check=check, finish=lambda p: out)
+
+
+def reducescatter(x, op=Average, name=None):
+    return reducescatter_async(x, op, name).synchronize()
+
+
+# ---- barrier, join, objects ---------------------------------------------------------------
+
+def barrier():
+    """Wait until every rank has called barrier()."""
+    rt = runtime.current()
+    _submit(rt, BARRIER, None, None, finish=lambda p: None).synchronize()
+
+
+def join():
+    """This rank has run out of data: until every rank has joined, it takes part in the others'
+    all-reduces contributing nothing (zeros for Sum and Average, whose divisor counts only the
+    ranks that contributed; the op's identity otherwise). Returns the last rank to join."""
+    rt = runtime.current()
+    for h in list(rt.outstanding):       # a joined rank holds no collectives of its own
+        if isinstance(h, Handle):
+            h.wait()
+    return _submit(rt, JOIN, rt.auto_name("join"), None, finish=lambda p: int(p.value)).synchronize()
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Pickle `obj` on root_rank and return the unpickled copy on every rank."""
+    rt = runtime.current()
+    name = name or rt.auto_name("broadcast_object")
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if rt.engine.rank == root_rank else None
+    size = broadcast(np.array([0 if data is None else data.size], np.int64), root_rank, name + ".size")
+    payload = data if data is not None else np.empty(int(size[0]), np.uint8)
+    got = broadcast(payload, root_rank, name + ".data")
+    return obj if rt.engine.rank == root_rank else pickle.loads(got.tobytes())
+
+
+def allgather_object(obj, name=None):
+    """Pickle `obj` on every rank and return the list of all ranks' objects, in rank order."""
+    rt = runtime.current()
+    name = name or rt.auto_name("allgather_object")
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    sizes = allgather(np.array([data.size], np.int64), name + ".size")
+    blob = allgather(data, name + ".data").tobytes()
+    out, off = [], 0
+    for s in sizes:
+        out.append(pickle.loads(blob[off:off + int(s)]))
+        off += int(s)
     return out
-
-
-def _reduce(rt, arr, code, op, algo, name, err):
-    meta = (arr.size, str(arr.dtype), op, algo)
-    if err is not None:
-        # Take part in the check so the other ranks fail too, then name the culprits.
-        if rt.engine.agree(arr.size, code, op, algo, True) == 2:
-            raise err
-        _raise_disagreement(rt, name, meta, err)
-    used = rt.engine.allreduce(arr, code, op, algo, rt.settings.check_agreement)
-    if used < 0:
-        _raise_disagreement(rt, name, meta, None)
-    return used

@@ -20,7 +20,13 @@ class Settings:
     mpi_thread_level: str = "multiple"
     local_size: int = 0            # 0: nodes from MPI_COMM_TYPE_SHARED; K: pretend nodes of K ranks
     segment_bytes: int = 256 << 10  # receive segment for the reduce steps (two are kept)
-    check_agreement: bool = True   # a cheap collective metadata check before each sync allreduce
+    check_agreement: bool = True   # metadata check in Engine.allreduce (benchmarks' direct path)
+    cycle_time_ms: float = 1.0     # least time between rounds while work stays pending
+    fusion_threshold: int = 64 << 20  # bytes per fused all-reduce; 0 turns fusion off
+    fusion_tensor_limit: int = 256 << 10  # tensors at least this large are reduced alone
+    cache_capacity: int = 1024     # response-cache slots; 0 turns the cache off
+    stall_check_seconds: float = 60.0     # 0 turns the stall check off
+    stall_shutdown_seconds: float = 0.0   # > 0: a stall this long fails every rank
     alpha_intra: float = 2e-6      # cost model: seconds per message within a node
     beta_intra: float = 1 / 4e9    #   seconds per byte within a node
     alpha_inter: float = 10e-6     #   seconds per message between nodes
@@ -64,6 +70,19 @@ def _float(env, name, default):
     return value
 
 
+def _nonneg(env, name, default):
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must not be negative")
+    return value
+
+
 def _bool(env, name, default):
     raw = env.get(name)
     if raw is None or raw == "":
@@ -91,4 +110,11 @@ def load(env=None):
         alpha_inter=_float(env, "HVLITE_ALPHA_INTER", d.alpha_inter),
         beta_inter=_float(env, "HVLITE_BETA_INTER", d.beta_inter),
         gamma=_float(env, "HVLITE_GAMMA", d.gamma),
+        cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
+        fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),
+        fusion_tensor_limit=_int(env, "HVLITE_FUSION_TENSOR_LIMIT", d.fusion_tensor_limit, 1, 1 << 40),
+        cache_capacity=_int(env, "HVLITE_CACHE_CAPACITY", d.cache_capacity, 0, 1 << 20),
+        stall_check_seconds=_nonneg(env, "HVLITE_STALL_CHECK_TIME_SECONDS", d.stall_check_seconds),
+        stall_shutdown_seconds=_nonneg(env, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",
+                                       d.stall_shutdown_seconds),
     )

@@ -27,6 +27,15 @@ class MismatchError(HvliteError, RuntimeError):
     or some rank failed its own input checks. Raised on every rank."""
 
 
+class ShutdownError(HvliteError, RuntimeError):
+    """hvlite was shut down (on this or another rank) before the collective completed,
+    or a call came after the coordinator stopped."""
+
+
+class StallError(HvliteError, RuntimeError):
+    """Some ranks never submitted a collective within HVLITE_STALL_SHUTDOWN_TIME_SECONDS."""
+
+
 class MPIError(HvliteError, RuntimeError):
     """An error code from MPI (or the core below it), with MPI's own message."""
 

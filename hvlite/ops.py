@@ -18,6 +18,8 @@ Product = ReduceOp.Product
 
 
 def as_op(op):
+    if type(op) is ReduceOp:
+        return op
     from hvlite.errors import InvalidArgumentError
     try:
         return ReduceOp(op)

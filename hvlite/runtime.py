@@ -4,6 +4,8 @@ hvlite keeps all of its state here; the module holds only a reference to the cur
 """
 import atexit
 import sys
+import threading
+import weakref
 
 from hvlite import config as _config
 from hvlite.errors import ConfigError, NotInitializedError
@@ -53,8 +55,26 @@ class Runtime:
         s = settings
         model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra,
                  "alpha_inter": s.alpha_inter, "beta_inter": s.beta_inter, "gamma": s.gamma}
-        self.engine = Engine(self.comm, self.local, self.cross, len(set(local_sizes)) == 1,
-                             leaders, s.segment_bytes, model)
+        uniform = len(set(local_sizes)) == 1
+        self.engine = Engine(self.comm, self.local, self.cross, uniform, leaders,
+                             s.segment_bytes, model)
+        # The coordinator gets communicators of its own: only its thread uses them.
+        from hvlite._core.coordinator import Coordinator
+        self._ccomms = (self.comm.Dup(), self.local.Dup(), self.cross.Dup())
+        self.coordinator = Coordinator(*self._ccomms, uniform, leaders, s.segment_bytes, model,
+                                       s.cycle_time_ms / 1000.0, s.fusion_threshold,
+                                       s.cache_capacity, s.stall_check_seconds,
+                                       s.stall_shutdown_seconds, s.fusion_tensor_limit)
+        self.outstanding = weakref.WeakSet()   # this rank's handles not yet synchronized
+        self.names = {}                        # per-collective counters for automatic names
+        self.thread = threading.Thread(target=self.coordinator.run, name="hvlite-coordinator",
+                                       daemon=True)
+        self.thread.start()
+
+    def auto_name(self, kind):
+        k = self.names.get(kind, 0)
+        self.names[kind] = k + 1
+        return f"{kind}.noname.{k}"
 
     @property
     def thread_level_name(self):
@@ -64,9 +84,13 @@ class Runtime:
                 MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}[self.thread_level]
 
     def close(self):
+        """Stop the coordinator (a collective step: it finishes once every rank's coordinator
+        has seen the stop, failing whatever is still pending), then free everything."""
+        self.coordinator.stop()
+        self.thread.join()
         self.engine.close()
         if not self.MPI.Is_finalized():
-            for c in (self.cross, self.local, self.comm):
+            for c in self._ccomms + (self.cross, self.local, self.comm):
                 c.Free()
 
 
@@ -77,6 +101,8 @@ def init(comm=None):
         return _current
     settings = _config.load()
     _current = Runtime(comm, settings)
+    from hvlite import collectives
+    collectives._bind_core()
     return _current
 
 

@@ -11,6 +11,18 @@ def test_defaults():
     assert s.allreduce_algorithm == "auto" and s.mpi_thread_level == "multiple"
 
 
+def test_coordinator_settings():
+    s = load({"HVLITE_CYCLE_TIME": "0.5", "HVLITE_FUSION_THRESHOLD": "0", "HVLITE_CACHE_CAPACITY": "0",
+              "HVLITE_STALL_CHECK_TIME_SECONDS": "5", "HVLITE_STALL_SHUTDOWN_TIME_SECONDS": "30",
+              "HVLITE_FUSION_TENSOR_LIMIT": "1024"})
+    assert (s.cycle_time_ms, s.fusion_threshold, s.cache_capacity, s.stall_check_seconds,
+            s.stall_shutdown_seconds, s.fusion_tensor_limit) == (0.5, 0, 0, 5.0, 30.0, 1024)
+    with pytest.raises(ConfigError, match="HVLITE_CYCLE_TIME"):
+        load({"HVLITE_CYCLE_TIME": "-1"})
+    with pytest.raises(ConfigError, match="HVLITE_FUSION_THRESHOLD"):
+        load({"HVLITE_FUSION_THRESHOLD": "lots"})
+
+
 def test_values_parse():
     s = load({"HVLITE_ALLREDUCE_ALGORITHM": "Ring", "HVLITE_MPI_THREAD_LEVEL": "serialized",
               "HVLITE_LOCAL_SIZE": "2", "HVLITE_SEGMENT_BYTES": "65536",

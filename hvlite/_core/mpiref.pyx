@@ -56,7 +56,14 @@ cdef int _setup() noexcept nogil:
     return err
 
 
-cdef MPI_Datatype _mpi_type(int dt) noexcept nogil:
+cdef int ensure_half_ops() noexcept nogil:
+    """Create the float16/bfloat16 types and ops once (only the coordinator thread calls MPI)."""
+    if _ready:
+        return 0
+    return _setup()
+
+
+cdef MPI_Datatype mpi_type(int dt) noexcept nogil:
     if dt == DT_FLOAT32: return MPI_FLOAT
     if dt == DT_FLOAT64: return MPI_DOUBLE
     if dt == DT_INT8: return MPI_INT8_T
@@ -71,7 +78,7 @@ cdef MPI_Datatype _mpi_type(int dt) noexcept nogil:
     return _half_types[1]
 
 
-cdef MPI_Op _mpi_op(int dt, int op) noexcept nogil:
+cdef MPI_Op mpi_op(int dt, int op) noexcept nogil:
     if dt == DT_FLOAT16 or dt == DT_BFLOAT16:
         return _half_ops[_opslot(op)]
     if op == OP_SUM: return MPI_SUM
@@ -83,13 +90,12 @@ cdef MPI_Op _mpi_op(int dt, int op) noexcept nogil:
 cdef int mpi_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm) noexcept nogil:
     cdef int err
     cdef size_t off = 0, n, es = dtype_size(dtype)
-    if (dtype == DT_FLOAT16 or dtype == DT_BFLOAT16) and not _ready:
-        err = _setup()
-        if err:
-            return err
+    err = ensure_half_ops()
+    if err:
+        return err
     while off < count:
         n = count - off if count - off < PIECE_ELEMS else PIECE_ELEMS
-        err = MPI_Allreduce(MPI_IN_PLACE, buf + off * es, <int>n, _mpi_type(dtype), _mpi_op(dtype, op), comm)
+        err = MPI_Allreduce(MPI_IN_PLACE, buf + off * es, <int>n, mpi_type(dtype), mpi_op(dtype, op), comm)
         if err:
             return err
         off += n

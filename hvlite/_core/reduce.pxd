@@ -11,3 +11,5 @@ cdef enum Op:
 cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil
 # buf[i] /= divisor (integers truncate toward zero, 16-bit floats round once).
 cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
+# What a rank that has joined contributes: the op's identity (0, 1, +max, -max).
+cdef void fill_identity(void* buf, size_t n, int dtype, int op) noexcept nogil

@@ -2,7 +2,11 @@
 
 Integer arithmetic wraps (the module is compiled with -fwrapv), as NumPy's and MPI's do.
 """
-from libc.stdint cimport int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
+from libc.stdint cimport (int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t,
+                          INT8_MAX, INT8_MIN, UINT8_MAX, INT16_MAX, INT16_MIN, UINT16_MAX,
+                          INT32_MAX, INT32_MIN, UINT32_MAX, INT64_MAX, INT64_MIN, UINT64_MAX)
+from libc.math cimport INFINITY
+from libc.string cimport memset
 from hvlite._core.dtypes cimport *
 
 cdef extern from "half.h" nogil:
@@ -147,3 +151,52 @@ def divide_array(buf, int dtype, long divisor):
     cdef size_t n = a.shape[0] // dtype_size(dtype)
     if n:
         divide_by(&a[0], n, dtype, divisor)
+
+
+cdef inline void _fill(num_t* a, size_t n, num_t v) noexcept nogil:
+    cdef size_t i
+    for i in range(n):
+        a[i] = v
+
+
+cdef void fill_identity(void* buf, size_t n, int dtype, int op) noexcept nogil:
+    cdef uint16_t h
+    if op == OP_SUM or op == OP_AVERAGE:
+        memset(buf, 0, n * dtype_size(dtype))
+        return
+    if dtype == DT_FLOAT16 or dtype == DT_BFLOAT16:
+        if op == OP_PRODUCT:
+            h = 0x3c00 if dtype == DT_FLOAT16 else 0x3f80
+        elif op == OP_MIN:
+            h = 0x7c00 if dtype == DT_FLOAT16 else 0x7f80
+        else:
+            h = 0xfc00 if dtype == DT_FLOAT16 else 0xff80
+        _fill(<uint16_t*>buf, n, h)
+    elif dtype == DT_FLOAT32:
+        _fill(<float*>buf, n, 1.0 if op == OP_PRODUCT else (INFINITY if op == OP_MIN else -INFINITY))
+    elif dtype == DT_FLOAT64:
+        _fill(<double*>buf, n, 1.0 if op == OP_PRODUCT else (INFINITY if op == OP_MIN else -INFINITY))
+    elif dtype == DT_INT8:
+        _fill(<int8_t*>buf, n, 1 if op == OP_PRODUCT else (INT8_MAX if op == OP_MIN else INT8_MIN))
+    elif dtype == DT_UINT8:
+        _fill(<uint8_t*>buf, n, 1 if op == OP_PRODUCT else (UINT8_MAX if op == OP_MIN else 0))
+    elif dtype == DT_INT16:
+        _fill(<int16_t*>buf, n, 1 if op == OP_PRODUCT else (INT16_MAX if op == OP_MIN else INT16_MIN))
+    elif dtype == DT_UINT16:
+        _fill(<uint16_t*>buf, n, 1 if op == OP_PRODUCT else (UINT16_MAX if op == OP_MIN else 0))
+    elif dtype == DT_INT32:
+        _fill(<int32_t*>buf, n, 1 if op == OP_PRODUCT else (INT32_MAX if op == OP_MIN else INT32_MIN))
+    elif dtype == DT_UINT32:
+        _fill(<uint32_t*>buf, n, 1 if op == OP_PRODUCT else (UINT32_MAX if op == OP_MIN else 0))
+    elif dtype == DT_INT64:
+        _fill(<int64_t*>buf, n, 1 if op == OP_PRODUCT else (INT64_MAX if op == OP_MIN else INT64_MIN))
+    elif dtype == DT_UINT64:
+        _fill(<uint64_t*>buf, n, 1 if op == OP_PRODUCT else (UINT64_MAX if op == OP_MIN else 0))
+
+
+def fill_identity_array(buf, int dtype, int op):
+    """Test hook: fill a buffer with the op's identity."""
+    cdef unsigned char[::1] a = memoryview(buf).cast("B")
+    cdef size_t n = a.shape[0] // dtype_size(dtype)
+    if n:
+        fill_identity(&a[0], n, dtype, op)

@@ -1,0 +1,23 @@
+# The response cache: tensor names whose metadata every rank has agreed on, each in a numbered
+# slot, so later rounds agree on them through one bit per slot instead of sending names again.
+from libc.stdint cimport int64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from hvlite._core.request cimport Meta
+
+cdef cppclass Cache:
+    int capacity
+    unordered_map[string, int] slot_of
+    vector[string] names        # by slot; "" when free
+    vector[Meta] metas
+    vector[int64_t] last_used   # rank 0's LRU clock (round number)
+
+cdef void cache_init(Cache* c, int capacity) noexcept nogil
+cdef bint cacheable(int collective) noexcept nogil
+cdef bint same_meta(const Meta& a, const Meta& b) noexcept nogil
+# -1: not cached; >= 0: cached with equal metadata; -2 - slot: cached with different metadata
+cdef int cache_lookup(Cache* c, const string& name, const Meta& meta) noexcept nogil
+cdef void cache_put(Cache* c, int slot, const string& name, const Meta& meta) noexcept nogil
+cdef void cache_evict(Cache* c, int slot) noexcept nogil
+cdef int cache_pick_slot(Cache* c) noexcept nogil      # rank 0: a free slot, else the LRU one

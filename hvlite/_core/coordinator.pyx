@@ -1,0 +1,614 @@
+"""The background coordinator: one thread per runtime that negotiates, fuses and runs every
+queued collective, the only thread that calls MPI for queued work, never holding the GIL.
+
+A round, on every rank, whenever it has work pending (an idle coordinator sleeps on a condition
+variable until work is submitted, so idle processes use no CPU):
+  1. drain the queue; each request is a cache hit (its slot's bit) or a miss (to send rank 0);
+  2. one MPI_Iallreduce(BAND) of [ready bits | still-valid bits | flags], polled with a
+     spin -> yield -> sleep backoff so waiting for a late rank does not burn a core;
+  3. if a rank has cache misses, is stopping, or reports a stall: Gatherv of the misses to
+     rank 0, which answers for all in one Bcast (negotiate.pyx);
+  4. run the ready list -- cached slots in slot order, then rank 0's answers -- the same on
+     every rank: all-reduces fused (fusion.pyx), the rest through operations.pyx;
+  5. complete handles.
+While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
+meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
+"""
+# distutils: language = c++
+from cython.operator cimport dereference as deref
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+from libc.stdint cimport int64_t, uint64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libcpp.unordered_set cimport unordered_set
+from cpython.buffer cimport PyBuffer_FillInfo
+cimport numpy as cnp
+from mpi4py.libmpi cimport *
+from hvlite._core.request cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.reduce cimport OP_AVERAGE
+from hvlite._core.dispatch cimport Context, context_init, context_free
+from hvlite._core.cache cimport *
+from hvlite._core.negotiate cimport *
+from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
+from hvlite._core.operations cimport *
+
+cnp.import_array()
+
+cdef enum:
+    FLAG_NO_MISSES = 1
+    FLAG_NOT_STOPPING = 2
+    FLAG_NO_STALL = 4
+    FLAG_ALL_JOINED = 8
+
+
+cdef class OwnedBuffer:
+    """Bytes the coordinator malloc'd (allgather, alltoall results), freed with this object."""
+    cdef char* ptr
+    cdef Py_ssize_t size
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.ptr, self.size, 0, flags)
+
+    def __dealloc__(self):
+        free(self.ptr)
+
+
+cdef class Pending:
+    """The Python side's hold on one submitted Request."""
+    cdef Request* req
+    cdef Coordinator coord
+
+    def poll(self):
+        return hv_load(&self.req.status) != ST_PENDING
+
+    def wait(self):
+        """Block (without the GIL) until the coordinator completes the request."""
+        cdef Request* req = self.req
+        cdef Coordinator c = self.coord
+        cdef int i
+        with nogil:
+            for i in range(200):
+                if hv_load(&req.status) != ST_PENDING:
+                    break
+                if i > 20:
+                    hv_yield()
+            if hv_load(&req.status) == ST_PENDING:
+                hv_lock(&c.dmon)
+                while hv_load(&req.status) == ST_PENDING:
+                    hv_wait(&c.dmon, 0.5)
+                hv_unlock(&c.dmon)
+
+    @property
+    def status(self):
+        return hv_load(&self.req.status)
+
+    @property
+    def error_kind(self):
+        return self.req.error_kind
+
+    @property
+    def error(self):
+        return self.req.error.decode("utf-8", "replace")
+
+    @property
+    def algorithm_used(self):
+        return self.req.algorithm_used
+
+    @property
+    def value(self):
+        return self.req.value
+
+    @property
+    def result_splits(self):
+        return [self.req.result_splits[i] for i in range(self.req.result_splits.size())]
+
+    def take_result(self):
+        """The coordinator-allocated result as a buffer object (ownership moves to it)."""
+        cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
+        b.ptr = self.req.result
+        b.size = <Py_ssize_t>(self.req.result_rows)
+        self.req.result = NULL
+        return b
+
+    @property
+    def result_rows(self):
+        return self.req.result_rows
+
+    def __dealloc__(self):
+        if self.req == NULL:
+            return
+        hv_lock(&self.coord.dmon)
+        if hv_load(&self.req.status) == ST_PENDING:
+            self.req.orphan = True          # the coordinator frees it when it completes
+            hv_unlock(&self.coord.dmon)
+            return
+        hv_unlock(&self.coord.dmon)
+        free(self.req.result)
+        del self.req
+
+
+cdef class Coordinator:
+    cdef Context ctx
+    cdef hv_monitor qmon          # queue, in-flight names, stop flag, death
+    cdef hv_monitor dmon          # completions
+    cdef vector[Request*] queue
+    cdef unordered_set[string] inflight
+    cdef bint stop_requested
+    cdef readonly bint dead
+    cdef string dead_reason
+    cdef int dead_kind
+    # coordinator-thread state
+    cdef unordered_map[string, Request*] pending
+    cdef vector[int] invalid_slots
+    cdef Cache cache
+    cdef Table table
+    cdef FusionBuffer fusion
+    cdef bint joined
+    cdef int njoined
+    cdef int64_t clock
+    cdef double last_stall
+    cdef double cycle_time, stall_check, stall_shutdown
+    # statistics
+    cdef readonly int64_t rounds, slow_rounds
+    cdef readonly double negotiate_seconds
+    cdef readonly double own_seconds      # negotiation minus time spent inside MPI
+
+    def __cinit__(self):
+        hv_monitor_init(&self.qmon)
+        hv_monitor_init(&self.dmon)
+        self.ctx.scratch.buf = NULL
+        self.fusion.buf = NULL
+        self.fusion.cap = 0
+
+    def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
+                 dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
+                 double stall_check, double stall_shutdown, size_t fusion_tensor_limit):
+        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model)
+        self.fusion.threshold = fusion_threshold
+        self.fusion.tensor_limit = fusion_tensor_limit
+        cache_init(&self.cache, cache_capacity)
+        table_init(&self.table, self.ctx.size)
+        self.cycle_time, self.stall_check, self.stall_shutdown = cycle_time, stall_check, stall_shutdown
+        self.last_stall = hv_now()
+
+    def __dealloc__(self):
+        context_free(&self.ctx)
+        fusion_free(&self.fusion)
+        hv_monitor_destroy(&self.qmon)
+        hv_monitor_destroy(&self.dmon)
+
+    # ---- user-thread side -------------------------------------------------------------------
+
+    def submit(self, name, int collective, int dtype, int op, int root, int algorithm, shape,
+               cnp.ndarray inp, cnp.ndarray out, splits=None, error=None):
+        """Queue one collective; returns a Pending. Raises at once for a name already in flight
+        or a stopped coordinator (the caller maps the (kind, message) pair to an exception)."""
+        cdef Request* req = new Request()
+        req.name = name.encode()
+        req.meta.collective = collective
+        req.meta.dtype = dtype
+        req.meta.op = op
+        req.meta.root = root
+        req.meta.algorithm = algorithm
+        for d in shape:
+            req.meta.shape.push_back(d)
+        if error:
+            req.meta.error = error.encode()
+        req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
+        req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
+        if splits is not None:
+            for s in splits:
+                req.splits.push_back(s)
+        req.status = ST_PENDING
+        req.slot = -1
+        req.submitted = hv_now()
+        cdef int problem = 0
+        hv_lock(&self.qmon)
+        if self.dead:
+            problem = 1
+        elif self.inflight.count(req.name):
+            problem = 2
+        else:
+            self.inflight.insert(req.name)
+            self.queue.push_back(req)
+            hv_notify_all(&self.qmon)
+        hv_unlock(&self.qmon)
+        if problem:
+            del req
+            if problem == 1:
+                return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
+            return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
+                               "synchronize it first or use another name")
+        cdef Pending p = Pending.__new__(Pending)
+        p.req = req
+        p.coord = self
+        return p
+
+    def stop(self):
+        hv_lock(&self.qmon)
+        self.stop_requested = True
+        hv_notify_all(&self.qmon)
+        hv_unlock(&self.qmon)
+
+    def death(self):
+        """(kind, reason) once the coordinator has stopped, else None."""
+        if not self.dead:
+            return None
+        return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
+
+    def configure(self, fusion_threshold=None, cycle_time=None, fusion_tensor_limit=None):
+        """Change tuning settings. Every rank must make the same change while no collective is in
+        flight (between steps, after a barrier), or batches would differ across ranks."""
+        hv_lock(&self.qmon)
+        if fusion_threshold is not None:
+            self.fusion.threshold = fusion_threshold
+        if cycle_time is not None:
+            self.cycle_time = cycle_time
+        if fusion_tensor_limit is not None:
+            self.fusion.tensor_limit = fusion_tensor_limit
+        hv_unlock(&self.qmon)
+
+    def stats(self):
+        return {"rounds": self.rounds, "slow_rounds": self.slow_rounds,
+                "negotiate_seconds": self.negotiate_seconds, "own_seconds": self.own_seconds,
+                "cached_names": self.cache.slot_of.size()}
+
+    def run(self):
+        """The thread body: the loop runs without the GIL until the coordinator stops."""
+        with nogil:
+            self._loop()
+
+    # ---- coordinator thread -----------------------------------------------------------------
+
+    cdef void _loop(self) noexcept nogil:
+        cdef vector[Request*] fresh
+        cdef bint stopping
+        cdef double start, remaining
+        while True:
+            hv_lock(&self.qmon)
+            while self.queue.empty() and self.pending.empty() and not self.stop_requested:
+                hv_wait(&self.qmon, -1)
+            fresh.swap(self.queue)
+            stopping = self.stop_requested
+            hv_unlock(&self.qmon)
+            self._intake(fresh)
+            fresh.clear()
+            start = hv_now()
+            if self._round(stopping):
+                return
+            if not self.pending.empty() and self.cycle_time > 0:
+                remaining = start + self.cycle_time - hv_now()
+                if remaining > 0:
+                    hv_lock(&self.qmon)
+                    if not self.stop_requested:
+                        hv_wait(&self.qmon, remaining)
+                    hv_unlock(&self.qmon)
+
+    cdef void _intake(self, vector[Request*]& fresh) noexcept nogil:
+        cdef int slot
+        for req in fresh:
+            if req.meta.collective == C_JOIN:
+                self.joined = True
+            slot = cache_lookup(&self.cache, req.name, req.meta)
+            if slot <= -2:      # cached, but this rank's metadata changed: everyone drops it
+                self.invalid_slots.push_back(-2 - slot)
+                slot = -1
+            req.slot = slot if cacheable(req.meta.collective) else -1
+            req.sent = False
+            self.pending[req.name] = req
+
+    cdef int _wait(self, MPI_Request* r) noexcept nogil:
+        """MPI_Test until done: spin, then yield, then sleep up to 1 ms between tests."""
+        cdef int flag = 0, err, i = 0
+        cdef double t0 = hv_now(), pause = 10e-6, waited
+        while True:
+            err = MPI_Test(r, &flag, MPI_STATUS_IGNORE)
+            if err or flag:
+                return err
+            i += 1
+            if i < 64:
+                continue
+            waited = hv_now() - t0
+            if waited < 200e-6:
+                hv_yield()
+            else:
+                hv_sleep(pause)
+                pause = pause * 2 if pause < 1e-3 else 1e-3
+
+    cdef int _round(self, bint stopping) noexcept nogil:
+        """One negotiation round; returns 1 when the coordinator must stop."""
+        cdef int W = (self.cache.capacity + 63) // 64, s, err
+        cdef vector[uint64_t] bits
+        cdef bint misses = False, stall = False
+        cdef double now = hv_now(), oldest = now, t0 = now
+        cdef MPI_Request mreq
+        cdef Request* req
+        cdef vector[Item] items
+        cdef Item item
+        bits.assign(2 * W + 1, 0)
+        for s in range(W, 2 * W):
+            bits[s] = ~(<uint64_t>0)
+        for kv in self.pending:
+            req = kv.second
+            if req.slot >= 0:
+                bits[req.slot // 64] |= (<uint64_t>1) << (req.slot % 64)
+            elif not req.sent:
+                misses = True
+            if req.meta.collective != C_JOIN and req.submitted < oldest:
+                oldest = req.submitted
+        for s in self.invalid_slots:
+            bits[W + s // 64] &= ~((<uint64_t>1) << (s % 64))
+        self.invalid_slots.clear()
+        if self.joined:
+            for s in range(W):
+                bits[s] = ~(<uint64_t>0)
+        if self.stall_check > 0 and now - oldest >= self.stall_check and now - self.last_stall >= self.stall_check:
+            stall = True
+            self.last_stall = now
+        bits[2 * W] = ((0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
+                       (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0))
+        self.own_seconds += hv_now() - t0
+        err = MPI_Iallreduce(MPI_IN_PLACE, bits.data(), 2 * W + 1, MPI_UINT64_T, MPI_BAND,
+                             self.ctx.comm, &mreq)
+        if not err:
+            err = self._wait(&mreq)
+        cdef double t1 = hv_now()
+        if err:
+            self._die(E_MPI, b"negotiation failed: ", err)
+            return 1
+        self.clock += 1
+        self.rounds += 1
+        # Slots some rank found stale: dropped everywhere; their requests go to rank 0 again.
+        for s in range(self.cache.capacity):
+            if not (bits[W + s // 64] >> (s % 64)) & 1 and not self.cache.names[s].empty():
+                self._unslot(s)
+                cache_evict(&self.cache, s)
+        if not (bits[2 * W] & FLAG_ALL_JOINED):
+            for s in range(self.cache.capacity):
+                if (bits[s // 64] >> (s % 64)) & 1 and not self.cache.names[s].empty():
+                    it = self.pending.find(self.cache.names[s])
+                    if it == self.pending.end() and not self.joined:
+                        continue
+                    item.name = self.cache.names[s]
+                    item.meta = self.cache.metas[s]
+                    item.req = deref(it).second if it != self.pending.end() else NULL
+                    item.value = -1
+                    item.err = 0
+                    items.push_back(item)
+                    self.cache.last_used[s] = self.clock
+        cdef int finish = 0
+        cdef long contributors = self.ctx.size - self.njoined
+        self.own_seconds += hv_now() - t1
+        if (bits[2 * W] & 7) != 7:
+            finish = self._slow(items, not (bits[2 * W] & FLAG_NOT_STOPPING),
+                                not (bits[2 * W] & FLAG_NO_STALL), &contributors)
+        self.negotiate_seconds += hv_now() - t0
+        if finish != 2:
+            self._execute(items, contributors)
+        if finish:
+            self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
+            return 1
+        return 0
+
+    cdef void _unslot(self, int s) noexcept nogil:
+        it = self.pending.find(self.cache.names[s])
+        if it != self.pending.end():
+            deref(it).second.slot = -1
+            deref(it).second.sent = False
+
+    cdef int _slow(self, vector[Item]& items, bint stopping, bint stall, long* contributors) noexcept nogil:
+        """Misses to rank 0 and its answers back. Returns 0, 1 (stop after this round's work)
+        or 2 (fatal stall: stop now)."""
+        cdef string payload, resp
+        cdef Request* req
+        cdef int n = self.ctx.size, r, err, total = 0
+        cdef int64_t i, count, len64, status, slot, nstop
+        cdef double now = hv_now()
+        cdef vector[int] lens, displs
+        cdef vector[char] gathered
+        cdef vector[string] payloads
+        cdef Reader rd
+        cdef Item item
+        cdef string msg, stoppers
+        self.slow_rounds += 1
+        hv_lock(&self.qmon)
+        put_i64(payload, 1 if self.stop_requested else 0)
+        hv_unlock(&self.qmon)
+        put_i64(payload, 1 if self.joined else 0)
+        for kv in self.pending:
+            req = kv.second
+            if req.slot < 0 and not req.sent:
+                put_i64(payload, REC_SUBMIT)
+                put_str(payload, req.name)
+                put_meta(payload, req.meta)
+                put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
+                req.sent = True
+            if stall and req.meta.collective != C_JOIN:
+                put_i64(payload, REC_PROBE)
+                put_str(payload, req.name)
+                put_meta(payload, req.meta)
+                put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
+        r = <int>payload.size()
+        lens.resize(n)
+        displs.resize(n)
+        err = MPI_Gather(&r, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, self.ctx.comm)
+        if not err and self.ctx.rank == 0:
+            for r in range(n):
+                displs[r] = total
+                total += lens[r]
+            gathered.resize(total + 1)
+        if not err:
+            err = MPI_Gatherv(payload.data(), <int>payload.size(), MPI_BYTE, gathered.data(),
+                              lens.data(), displs.data(), MPI_BYTE, 0, self.ctx.comm)
+        if not err and self.ctx.rank == 0:
+            for r in range(n):
+                payloads.push_back(string(gathered.data() + displs[r], <size_t>lens[r]))
+            resp = rank0_respond(&self.table, &self.cache, payloads, n, now, self.stall_check,
+                                 self.stall_shutdown, self.clock)
+        len64 = <int64_t>resp.size()
+        if not err:
+            err = MPI_Bcast(&len64, 1, MPI_INT64_T, 0, self.ctx.comm)
+        if not err and self.ctx.rank != 0:
+            resp.resize(<size_t>len64)
+        if not err:
+            err = MPI_Bcast(resp.data(), <int>len64, MPI_BYTE, 0, self.ctx.comm)
+        if err:
+            self._die(E_MPI, b"negotiation failed: ", err)
+            return 2
+        rd.p = resp.data()
+        rd.n = resp.size()
+        rd.off = 0
+        nstop = get_i64(&rd)
+        for i in range(nstop):
+            if i:
+                stoppers.append(b", ")
+            stoppers.append(int_to_str(get_i64(&rd)))
+        cdef int64_t fatal = get_i64(&rd)
+        cdef string fatal_msg = get_str(&rd)
+        self.njoined = <int>get_i64(&rd)
+        contributors[0] = self.ctx.size - <int>get_i64(&rd)
+        count = get_i64(&rd)
+        for i in range(count):
+            item.name = get_str(&rd)
+            status = get_i64(&rd)
+            slot = get_i64(&rd)
+            get_meta(&rd, &item.meta)
+            msg = get_str(&rd)
+            item.value = get_i64(&rd)
+            item.err = 0
+            it = self.pending.find(item.name)
+            item.req = deref(it).second if it != self.pending.end() else NULL
+            if slot >= 0 and self.ctx.rank != 0:
+                cache_put(&self.cache, <int>slot, item.name, item.meta)
+            if status != RESP_OK:
+                if item.req != NULL:
+                    self._complete(item.req, ST_ERROR, E_MISMATCH, msg, 0)
+                continue
+            if item.meta.collective == C_JOIN:
+                self.joined = False
+            items.push_back(item)
+        # requests whose slot was just handed to another name go back to rank 0
+        for kv in self.pending:
+            req = kv.second
+            if req.slot >= 0 and self.cache.names[req.slot] != req.name:
+                req.slot = -1
+                req.sent = False
+        if fatal:
+            self.dead_reason = fatal_msg
+            return 2
+        if stopping:
+            self.dead_reason = string(b"hvlite was shut down (shutdown() on rank ")
+            self.dead_reason.append(stoppers)
+            self.dead_reason.append(b") before this collective completed")
+            return 1
+        return 0
+
+    cdef void _execute(self, vector[Item]& items, long contributors) noexcept nogil:
+        cdef Item* it
+        cdef Request* req
+        cdef size_t es, row_bytes, k
+        cdef int err
+        cdef int64_t rows
+        cdef vector[int64_t] splits
+        cdef char* tmp
+        cdef int c, d
+        cdef int64_t s
+        run_allreduces(&self.ctx, &self.fusion, items, contributors)
+        for k in range(items.size()):
+            it = &items[k]
+            req = it.req
+            err = it.err
+            c = it.meta.collective
+            es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
+            row_bytes = es
+            for d in range(1, <int>it.meta.shape.size()):
+                row_bytes *= <size_t>it.meta.shape[d]
+            # allgather and alltoall: the first dimension is this rank's own, not the response's
+            if c == C_ALLGATHER:
+                if req != NULL:
+                    err = run_allgather(self.ctx.comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
+                                        row_bytes, &req.result, &req.result_rows)
+                    req.result_rows *= <int64_t>row_bytes
+                else:
+                    tmp = NULL
+                    err = run_allgather(self.ctx.comm, NULL, 0, row_bytes, &tmp, &rows)
+                    free(tmp)
+            elif c == C_BROADCAST:
+                if req != NULL:
+                    if self.ctx.rank == it.meta.root and req.output != req.input:
+                        memcpy(req.output, req.input, item_count(it.meta) * es)
+                    err = run_broadcast(self.ctx.comm, req.output, item_count(it.meta) * es, it.meta.root)
+                else:
+                    tmp = <char*>malloc(item_count(it.meta) * es + 1)
+                    err = run_broadcast(self.ctx.comm, tmp, item_count(it.meta) * es, it.meta.root)
+                    free(tmp)
+            elif c == C_ALLTOALL and req != NULL:
+                splits = req.splits
+                if splits.empty():
+                    rows = req.meta.shape[0] if req.meta.shape.size() else 1
+                    splits.assign(self.ctx.size, rows // self.ctx.size)
+                err = run_alltoall(self.ctx.comm, req.input, splits, row_bytes, &req.result,
+                                   &req.result_splits)
+                rows = 0
+                for s in req.result_splits:
+                    rows += s
+                req.result_rows = rows * <int64_t>row_bytes
+            elif c == C_REDUCESCATTER and req != NULL:
+                err = run_reducescatter(self.ctx.comm, req.input, req.output,
+                                        it.meta.shape[0] if it.meta.shape.size() else 1,
+                                        row_bytes // es, it.meta.dtype, it.meta.op)
+            elif c == C_JOIN and req != NULL:
+                req.value = it.value
+            if req == NULL:
+                continue
+            if err:
+                self._complete(req, ST_ERROR, E_MPI, string(b"MPI call failed: "), err)
+            else:
+                self._complete(req, ST_DONE, E_NONE, string(), 0)
+
+    cdef void _complete(self, Request* req, int status, int kind, string msg, int code) noexcept nogil:
+        cdef string name = req.name
+        cdef bint orphan
+        cdef char buf[512]
+        cdef int blen = 0
+        if kind == E_MPI and code != 0:
+            MPI_Error_string(code, buf, &blen)
+            msg.append(buf, blen)
+            req.error_code = code
+        hv_lock(&self.qmon)
+        self.inflight.erase(name)
+        hv_unlock(&self.qmon)
+        self.pending.erase(name)
+        hv_lock(&self.dmon)
+        req.error_kind = kind
+        req.error = msg
+        hv_store(&req.status, status)
+        orphan = req.orphan
+        hv_notify_all(&self.dmon)
+        hv_unlock(&self.dmon)
+        if orphan:
+            free(req.result)
+            del req
+
+    cdef void _die(self, int kind, const char* why, int code) noexcept nogil:
+        """Stop for good: every pending and queued request fails with the reason."""
+        cdef string reason = string(why)
+        cdef char buf[512]
+        cdef int blen = 0
+        cdef vector[Request*] rest
+        if code:
+            MPI_Error_string(code, buf, &blen)
+            reason.append(buf, blen)
+        hv_lock(&self.qmon)
+        self.dead = True
+        self.dead_kind = kind
+        self.dead_reason = reason
+        rest.swap(self.queue)
+        hv_unlock(&self.qmon)
+        for req in rest:
+            self.pending[req.name] = req
+        while not self.pending.empty():
+            self._complete(deref(self.pending.begin()).second, ST_ERROR, kind, reason, 0)

@@ -1,0 +1,24 @@
+from mpi4py.libmpi cimport MPI_Comm
+from hvlite._core.p2p cimport Scratch
+from hvlite._core.select cimport CostModel
+
+# Everything an all-reduce needs, for code that runs without the GIL.
+cdef struct Context:
+    MPI_Comm comm
+    MPI_Comm local
+    MPI_Comm cross
+    int rank
+    int size
+    int local_size
+    int nodes
+    bint uniform
+    Scratch scratch
+    CostModel model
+
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
+# In place. Average runs a Sum, then divides by `divisor` (the number of contributing ranks).
+cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
+                       long divisor) noexcept nogil
+cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
+                      int nodes, size_t segment_bytes, dict model) except -1
+cdef void context_free(Context* c) noexcept nogil

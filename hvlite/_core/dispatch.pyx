@@ -1,0 +1,80 @@
+"""Algorithm dispatch on a Context: picks the algorithm ("auto" asks the cost model) and runs it."""
+from libc.stdlib cimport free
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.reduce cimport OP_SUM, OP_AVERAGE, divide_by
+from hvlite._core.p2p cimport allreduce_fn
+from hvlite._core.select cimport *
+from hvlite._core.ring cimport ring_allreduce
+from hvlite._core.rhd cimport rhd_allreduce
+from hvlite._core.rd cimport rd_allreduce
+from hvlite._core.tree cimport tree_allreduce
+from hvlite._core.hierarchical cimport hierarchical_allreduce
+from hvlite._core.mpiref cimport mpi_allreduce
+
+cdef extern from "stdlib.h" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef allreduce_fn _flat_fn(int algo) noexcept nogil:
+    if algo == ALG_RING:
+        return ring_allreduce
+    if algo == ALG_RHD:
+        return rhd_allreduce
+    if algo == ALG_RD:
+        return rd_allreduce
+    return tree_allreduce
+
+
+cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
+                      int nodes, size_t segment_bytes, dict model) except -1:
+    c.comm = (<MPI.Comm>comm).ob_mpi
+    c.local = (<MPI.Comm>local).ob_mpi
+    c.cross = (<MPI.Comm>cross).ob_mpi
+    c.rank, c.size = comm.Get_rank(), comm.Get_size()
+    c.local_size = local.Get_size()
+    c.uniform, c.nodes = uniform, nodes
+    c.model = model
+    c.scratch.seg_bytes = (segment_bytes + 63) // 64 * 64
+    c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
+    if c.scratch.buf == NULL:
+        raise MemoryError("hvlite: cannot allocate the scratch segments")
+    return 0
+
+
+cdef void context_free(Context* c) noexcept nogil:
+    free(c.scratch.buf)
+    c.scratch.buf = NULL
+
+
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil:
+    if algo == ALG_AUTO:
+        return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, &c.model)
+    return algo
+
+
+cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
+                       long divisor) noexcept nogil:
+    cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
+    cdef int err = 0
+    cdef double nbytes = <double>(count * dtype_size(dtype))
+    if count == 0:
+        return 0
+    if c.size > 1:
+        if algo == ALG_MPI:
+            err = mpi_allreduce(buf, count, dtype, kernel_op, c.comm)
+        elif algo == ALG_HIERARCHICAL:
+            # The cross-node algorithm must be the same on every rank that runs it, so it is
+            # chosen from values all ranks share: the slice size when nodes are equal (then
+            # local_size is the same everywhere), else the whole buffer the leaders reduce.
+            if c.uniform:
+                nbytes /= c.local_size
+            err = hierarchical_allreduce(
+                buf, count, dtype, kernel_op, c.local, c.cross, c.uniform,
+                _flat_fn(choose(nbytes, c.nodes, 1, 1, True, &c.model)), &c.scratch)
+        else:
+            err = _flat_fn(algo)(buf, count, dtype, kernel_op, c.comm, &c.scratch)
+    if err == 0 and op == OP_AVERAGE:
+        divide_by(buf, count, dtype, divisor)
+    return err

@@ -1,0 +1,24 @@
+from libc.stdint cimport int64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from hvlite._core.request cimport Request, Meta
+from hvlite._core.dispatch cimport Context
+
+# One tensor that is ready on every rank this round. req is NULL on a rank that has joined.
+cdef cppclass Item:
+    string name
+    Meta meta
+    Request* req
+    int64_t value
+    int err
+
+cdef cppclass FusionBuffer:
+    char* buf
+    size_t cap
+    size_t threshold
+    size_t tensor_limit      # tensors this large or larger are reduced alone, in their output
+
+cdef void fusion_free(FusionBuffer* f) noexcept nogil
+# Runs every all-reduce item: fused per (dtype, op, algorithm) up to the threshold, in item order.
+cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long contributors) noexcept nogil
+cdef size_t item_count(const Meta& m) noexcept nogil

@@ -1,0 +1,122 @@
+"""The collectives other than all-reduce, on MPI's own implementations (MPI does these well).
+
+Sizes that differ by rank (allgather's first dimension, alltoall's splits) are exchanged first,
+so the coordinator allocates each result once, at its final size. Byte counts above INT_MAX are
+an error here (MPI's int counts).
+"""
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from libc.stdint cimport int64_t
+from libc.limits cimport INT_MAX
+from libcpp.vector cimport vector
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.reduce cimport OP_AVERAGE, OP_SUM, divide_by
+from hvlite._core.mpiref cimport ensure_half_ops, mpi_type, mpi_op
+
+cdef enum:
+    HV_ERR_COUNT = -3
+
+
+cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
+                 vector[int]& displs) noexcept nogil:
+    cdef size_t i
+    cdef int64_t off = 0, b
+    counts.resize(rows.size())
+    displs.resize(rows.size())
+    for i in range(rows.size()):
+        b = rows[i] * <int64_t>row_bytes
+        if b > INT_MAX or off > INT_MAX:
+            return HV_ERR_COUNT
+        counts[i] = <int>b
+        displs[i] = <int>off
+        off += b
+    return 0
+
+
+cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
+                       char** result, int64_t* total_rows) noexcept nogil:
+    cdef int n = 0, err
+    cdef size_t i
+    MPI_Comm_size(comm, &n)
+    cdef vector[int64_t] all_rows
+    cdef vector[int] counts, displs
+    all_rows.resize(n)
+    err = MPI_Allgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm)
+    if err:
+        return err
+    total_rows[0] = 0
+    for i in range(<size_t>n):
+        total_rows[0] += all_rows[i]
+    err = _counts(all_rows, row_bytes, counts, displs)
+    if err:
+        return err
+    result[0] = <char*>malloc(total_rows[0] * row_bytes + 1)
+    if result[0] == NULL:
+        return -1
+    return MPI_Allgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
+                          counts.data(), displs.data(), MPI_BYTE, comm)
+
+
+cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexcept nogil:
+    cdef size_t off = 0, k
+    cdef int err
+    while off < nbytes:
+        k = nbytes - off if nbytes - off < (1 << 30) else (1 << 30)
+        err = MPI_Bcast(buf + off, <int>k, MPI_BYTE, root, comm)
+        if err:
+            return err
+        off += k
+    return 0
+
+
+cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& splits,
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+    cdef int n = 0, err
+    cdef size_t i
+    cdef int64_t total = 0
+    MPI_Comm_size(comm, &n)
+    cdef vector[int64_t] send = splits
+    cdef vector[int] scounts, sdispls, rcounts, rdispls
+    recv_splits.resize(n)
+    err = MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv_splits.data(), 1, MPI_INT64_T, comm)
+    if err:
+        return err
+    for i in range(<size_t>n):
+        total += recv_splits[0][i]
+    err = _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls)
+    if err:
+        return err
+    result[0] = <char*>malloc(total * row_bytes + 1)
+    if result[0] == NULL:
+        return -1
+    return MPI_Alltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
+                         result[0], rcounts.data(), rdispls.data(), MPI_BYTE, comm)
+
+
+cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil:
+    """Rows rank `rank` receives: the first rows % size ranks get one extra (Horovod's split)."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64_t rows,
+                           size_t row_elems, int dtype, int op) noexcept nogil:
+    cdef int n = 0, r = 0, err, i
+    MPI_Comm_size(comm, &n)
+    MPI_Comm_rank(comm, &r)
+    cdef vector[int] counts
+    cdef int64_t c
+    counts.resize(n)
+    for i in range(n):
+        c = reducescatter_rows(rows, n, i) * <int64_t>row_elems
+        if c > INT_MAX:
+            return HV_ERR_COUNT
+        counts[i] = <int>c
+    err = ensure_half_ops()
+    if err:
+        return err
+    cdef int kop = OP_SUM if op == OP_AVERAGE else op
+    err = MPI_Reduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype), mpi_op(dtype, kop), comm)
+    if err == 0 and op == OP_AVERAGE:
+        divide_by(output, <size_t>counts[r], dtype, n)
+    return err

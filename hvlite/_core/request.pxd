@@ -1,0 +1,76 @@
+# A submitted collective, as the coordinator sees it: plain C++ data, no Python objects.
+from libc.stdint cimport int64_t, uint8_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+cdef extern from "sync.h" nogil:
+    int hv_load(int*)
+    void hv_store(int*, int)
+    ctypedef struct hv_monitor:
+        pass
+    double hv_now()
+    void hv_sleep(double)
+    void hv_yield()
+    void hv_monitor_init(hv_monitor*)
+    void hv_monitor_destroy(hv_monitor*)
+    void hv_lock(hv_monitor*)
+    void hv_unlock(hv_monitor*)
+    void hv_notify_all(hv_monitor*)
+    void hv_wait(hv_monitor*, double)
+
+# Collective kinds; the codes travel between ranks: never renumber.
+cdef enum Collective:
+    C_ALLREDUCE = 0
+    C_ALLGATHER = 1
+    C_BROADCAST = 2
+    C_ALLTOALL = 3
+    C_REDUCESCATTER = 4
+    C_BARRIER = 5
+    C_JOIN = 6
+
+# Request status.
+cdef enum Status:
+    ST_PENDING = 0
+    ST_DONE = 1
+    ST_ERROR = 2
+
+# Error kinds a handle can end with (the Python side maps them to exception classes).
+cdef enum ErrorKind:
+    E_NONE = 0
+    E_MISMATCH = 1
+    E_SHUTDOWN = 2
+    E_STALL = 3
+    E_MPI = 4
+    E_INVALID = 5
+
+# What every rank must agree on for one tensor name.
+cdef cppclass Meta:
+    uint8_t collective
+    int dtype
+    int op
+    int root
+    int algorithm
+    vector[int64_t] shape      # allgather / alltoall: the first dimension may differ by rank
+    string error               # a failed local check: every rank's handle fails, naming it
+
+cdef cppclass Request:
+    string name
+    Meta meta
+    char* input                 # contiguous input (may equal output for in-place)
+    char* output                # preallocated output, or NULL when the coordinator allocates it
+    vector[int64_t] splits      # alltoall: rows sent to each rank (empty: equal split)
+    double submitted            # hv_now() at submit
+    int status
+    int error_kind
+    int error_code              # MPI error code for E_MPI
+    string error
+    # results the coordinator produces
+    char* result                # malloc'd (allgather / alltoall output); the Python side owns it after
+    int64_t result_rows
+    vector[int64_t] result_splits
+    int64_t value               # join: the last rank to join
+    int algorithm_used
+    bint orphan                 # the Python handle is gone: the coordinator deletes it on completion
+    # negotiation state (coordinator thread only)
+    int slot                    # response-cache slot, or -1
+    bint sent                   # already told rank 0 (cache misses)

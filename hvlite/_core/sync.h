@@ -1,0 +1,41 @@
+/* Clock, sleep and a mutex/condition pair for the coordinator (monotonic clock throughout). */
+#ifndef HVLITE_SYNC_H
+#define HVLITE_SYNC_H
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <errno.h>
+
+static inline double hv_now(void) {
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void hv_sleep(double seconds) {
+    struct timespec ts; ts.tv_sec = (time_t)seconds; ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+static inline void hv_yield(void) { sched_yield(); }
+static inline int hv_load(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void hv_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+typedef struct { pthread_mutex_t mu; pthread_cond_t cv; } hv_monitor;
+
+static inline void hv_monitor_init(hv_monitor* m) {
+    pthread_condattr_t a; pthread_condattr_init(&a); pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_mutex_init(&m->mu, NULL); pthread_cond_init(&m->cv, &a); pthread_condattr_destroy(&a);
+}
+static inline void hv_monitor_destroy(hv_monitor* m) { pthread_cond_destroy(&m->cv); pthread_mutex_destroy(&m->mu); }
+static inline void hv_lock(hv_monitor* m) { pthread_mutex_lock(&m->mu); }
+static inline void hv_unlock(hv_monitor* m) { pthread_mutex_unlock(&m->mu); }
+static inline void hv_notify_all(hv_monitor* m) { pthread_cond_broadcast(&m->cv); }
+/* Wait (lock held) at most `seconds`; negative waits without a limit. */
+static inline void hv_wait(hv_monitor* m, double seconds) {
+    if (seconds < 0) { pthread_cond_wait(&m->cv, &m->mu); return; }
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + seconds;
+    ts.tv_sec = (time_t)t; ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+}
+#endif

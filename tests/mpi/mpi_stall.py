@@ -1,0 +1,21 @@
+"""Rank side, run with HVLITE_STALL_CHECK_TIME_SECONDS=1 and HVLITE_STALL_SHUTDOWN_TIME_SECONDS=3:
+each rank waits on a name no other rank submits. The stall is reported, then every rank fails
+with a StallError naming the missing ranks, and the dead coordinator refuses later calls."""
+import time
+
+import numpy as np
+
+import hvlite as hvd
+from helpers import assert_everywhere, expect_raise_everywhere
+
+hvd.init()
+N, RANK = hvd.size(), hvd.rank()
+
+
+def test_stall_becomes_an_error_on_every_rank():
+    t0 = time.monotonic()
+    h = hvd.allreduce_async(np.ones(3), name=f"only.on.rank{RANK}")
+    expect_raise_everywhere(h.synchronize, hvd.StallError, "only.on.rank", "not submitted")
+    took = time.monotonic() - t0
+    assert_everywhere([] if 2.5 < took < 30 else [f"stall error after {took:.1f}s"])
+    expect_raise_everywhere(lambda: hvd.allreduce(np.ones(2)), hvd.StallError)
