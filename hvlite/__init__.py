@@ -4,11 +4,12 @@
     hvd.init()
     g = hvd.allreduce(grad)          # average across ranks (op=hvd.Sum to add)
 """
-from hvlite.collectives import (Handle, allgather, allgather_async, allgather_object, allreduce,
-                                allreduce_, allreduce_async, allreduce_async_, alltoall,
-                                alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
-                                broadcast_async_, broadcast_object, grouped_allreduce,
-                                grouped_allreduce_async, join, poll, reducescatter,
+from hvlite.collectives import (Handle, allgather, allgather_async, allgather_object,
+                                allgather_object_async, allreduce, allreduce_, allreduce_async,
+                                allreduce_async_, alltoall, alltoall_async, barrier, barrier_async,
+                                broadcast, broadcast_, broadcast_async, broadcast_async_,
+                                broadcast_object, broadcast_object_async, grouped_allreduce,
+                                grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
 from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
                            MismatchError, MPIError, NotInitializedError, ShutdownError,
@@ -66,7 +67,8 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_async", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "barrier", "join", "broadcast_object", "allgather_object", "poll",
+    "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
+    "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
     "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError",

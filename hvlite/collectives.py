@@ -90,6 +90,24 @@ class GroupHandle:
         return [h.synchronize() for h in self.handles]
 
 
+class ChainHandle:
+    """A collective made of two: the first is in flight; `then` runs the rest on synchronize."""
+
+    __slots__ = ("first", "then", "_done", "_result", "__weakref__")
+
+    def __init__(self, first, then):
+        self.first, self.then, self._done = first, then, False
+
+    def poll(self):
+        return self._done or self.first.poll()
+
+    def synchronize(self):
+        if not self._done:
+            self._result = self.then(self.first.synchronize())
+            self._done = True
+        return self._result
+
+
 def poll(handle):
     """True when the collective behind `handle` has finished."""
     return handle.poll()
@@ -337,43 +355,67 @@ def reducescatter(x, op=Average, name=None):
 
 # ---- barrier, join, objects ---------------------------------------------------------------
 
+def barrier_async():
+    rt = runtime.current()
+    return _submit(rt, BARRIER, None, None, finish=lambda p: None)
+
+
 def barrier():
     """Wait until every rank has called barrier()."""
+    barrier_async().synchronize()
+
+
+def join_async():
+    """join() as a handle; this rank's own outstanding collectives are waited for first."""
     rt = runtime.current()
-    _submit(rt, BARRIER, None, None, finish=lambda p: None).synchronize()
+    for h in list(rt.outstanding):       # a joined rank holds no collectives of its own
+        if isinstance(h, Handle):
+            h.wait()
+    return _submit(rt, JOIN, rt.auto_name("join"), None, finish=lambda p: int(p.value))
 
 
 def join():
     """This rank has run out of data: until every rank has joined, it takes part in the others'
     all-reduces contributing nothing (zeros for Sum and Average, whose divisor counts only the
     ranks that contributed; the op's identity otherwise). Returns the last rank to join."""
+    return join_async().synchronize()
+
+
+def broadcast_object_async(obj, root_rank=0, name=None):
     rt = runtime.current()
-    for h in list(rt.outstanding):       # a joined rank holds no collectives of its own
-        if isinstance(h, Handle):
-            h.wait()
-    return _submit(rt, JOIN, rt.auto_name("join"), None, finish=lambda p: int(p.value)).synchronize()
+    name = name or rt.auto_name("broadcast_object")
+    mine = rt.engine.rank == root_rank
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if mine else None
+    first = broadcast_async(np.array([0 if data is None else data.size], np.int64), root_rank,
+                            name + ".size")
+
+    def then(size):
+        got = broadcast(data if mine else np.empty(int(size[0]), np.uint8), root_rank, name + ".data")
+        return obj if mine else pickle.loads(got.tobytes())
+    return ChainHandle(first, then)
 
 
 def broadcast_object(obj, root_rank=0, name=None):
     """Pickle `obj` on root_rank and return the unpickled copy on every rank."""
+    return broadcast_object_async(obj, root_rank, name).synchronize()
+
+
+def allgather_object_async(obj, name=None):
     rt = runtime.current()
-    name = name or rt.auto_name("broadcast_object")
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if rt.engine.rank == root_rank else None
-    size = broadcast(np.array([0 if data is None else data.size], np.int64), root_rank, name + ".size")
-    payload = data if data is not None else np.empty(int(size[0]), np.uint8)
-    got = broadcast(payload, root_rank, name + ".data")
-    return obj if rt.engine.rank == root_rank else pickle.loads(got.tobytes())
+    name = name or rt.auto_name("allgather_object")
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    first = allgather_async(np.array([data.size], np.int64), name + ".size")
+
+    def then(sizes):
+        blob = allgather(data, name + ".data").tobytes()
+        out, off = [], 0
+        for s in sizes:
+            out.append(pickle.loads(blob[off:off + int(s)]))
+            off += int(s)
+        return out
+    return ChainHandle(first, then)
 
 
 def allgather_object(obj, name=None):
     """Pickle `obj` on every rank and return the list of all ranks' objects, in rank order."""
-    rt = runtime.current()
-    name = name or rt.auto_name("allgather_object")
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = allgather(np.array([data.size], np.int64), name + ".size")
-    blob = allgather(data, name + ".data").tobytes()
-    out, off = [], 0
-    for s in sizes:
-        out.append(pickle.loads(blob[off:off + int(s)]))
-        off += int(s)
-    return out
+    return allgather_object_async(obj, name).synchronize()

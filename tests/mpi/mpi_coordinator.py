@@ -145,10 +145,13 @@ def test_reducescatter(op):
 
 def test_barrier_and_objects():
     hvd.barrier()
+    hvd.barrier_async().synchronize()
     obj = {"rank": RANK, "payload": list(range(RANK))}
     got = hvd.broadcast_object(obj, root_rank=N - 1)
     everyone = hvd.allgather_object(obj)
+    h1, h2 = hvd.broadcast_object_async(RANK * 7, root_rank=0), hvd.allgather_object_async(RANK)
     ok = got == {"rank": N - 1, "payload": list(range(N - 1))} and [e["rank"] for e in everyone] == list(range(N))
+    ok = ok and h1.synchronize() == 0 and h2.synchronize() == list(range(N))
     assert_everywhere([] if ok else [f"objects {got} {everyone}"])
 
 
