@@ -57,7 +57,7 @@ def _int(env, name, default, lo, hi):
     return value
 
 
-def _float(env, name, default):
+def _number(env, name, default, allow_zero=False):
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -65,22 +65,17 @@ def _float(env, name, default):
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if not value > 0:
-        raise ConfigError(f"{name}={raw!r} must be positive")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name}={raw!r} must be {'non-negative' if allow_zero else 'positive'}")
     return value
+
+
+def _float(env, name, default):
+    return _number(env, name, default)
 
 
 def _nonneg(env, name, default):
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if value < 0:
-        raise ConfigError(f"{name}={raw!r} must not be negative")
-    return value
+    return _number(env, name, default, allow_zero=True)
 
 
 def _bool(env, name, default):

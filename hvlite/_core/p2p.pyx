@@ -122,3 +122,38 @@ cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
             err = err2
         free(sreq)
     return err
+
+
+cdef int pow2_floor(int n) noexcept nogil:
+    cdef int p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+cdef int unfolded_rank(int newrank, int n) noexcept nogil:
+    """The real rank of a rank numbered among the p survivors of fold_in."""
+    cdef int rem = n - pow2_floor(n)
+    return newrank * 2 + 1 if newrank < rem else newrank + rem
+
+
+cdef int fold_in(char* buf, size_t count, int dtype, int op, MPI_Comm comm, Scratch* s,
+                 int* newrank) noexcept nogil:
+    cdef int n = comm_size(comm), r = comm_rank(comm), rem = n - pow2_floor(n)
+    if r >= 2 * rem:
+        newrank[0] = r - rem
+        return 0
+    if r % 2 == 0:
+        newrank[0] = -1
+        return sendrecv_reduce(buf, count, r + 1, NULL, 0, MPI_PROC_NULL, dtype, op, comm, s)
+    newrank[0] = r // 2
+    return sendrecv_reduce(NULL, 0, MPI_PROC_NULL, buf, count, r - 1, dtype, op, comm, s)
+
+
+cdef int fold_out(char* buf, size_t nbytes, MPI_Comm comm) noexcept nogil:
+    cdef int n = comm_size(comm), r = comm_rank(comm), rem = n - pow2_floor(n)
+    if r >= 2 * rem:
+        return 0
+    if r % 2:
+        return sendrecv(buf, nbytes, r - 1, NULL, 0, MPI_PROC_NULL, comm)
+    return sendrecv(NULL, 0, MPI_PROC_NULL, buf, nbytes, r + 1, comm)

@@ -12,7 +12,7 @@ from libc.string cimport memcpy
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
-from hvlite._core.p2p cimport comm_size, comm_rank, sendrecv, sendrecv_reduce
+from hvlite._core.p2p cimport comm_size, fold_in, fold_out, pow2_floor, sendrecv, unfolded_rank
 
 
 cdef int _exchange(char* buf, size_t count, int dtype, int op, int partner, bint lower,
@@ -39,36 +39,19 @@ cdef int _exchange(char* buf, size_t count, int dtype, int op, int partner, bint
 
 cdef int rd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                       Scratch* s) noexcept nogil:
-    cdef int n = comm_size(comm), r = comm_rank(comm), err = 0
-    cdef int p = 1, rem, newrank, mask, partner_new, partner
+    cdef int n = comm_size(comm), err, newrank, mask
+    cdef int p = pow2_floor(n)
     if n == 1:
         return 0
-    while p * 2 <= n:
-        p *= 2
-    rem = n - p
-    if r < 2 * rem:
-        if r % 2 == 0:
-            err = sendrecv_reduce(buf, count, r + 1, NULL, 0, MPI_PROC_NULL, dtype, op, comm, s)
-            newrank = -1
-        else:
-            err = sendrecv_reduce(NULL, 0, MPI_PROC_NULL, buf, count, r - 1, dtype, op, comm, s)
-            newrank = r // 2
-        if err:
-            return err
-    else:
-        newrank = r - rem
+    err = fold_in(buf, count, dtype, op, comm, s, &newrank)
+    if err:
+        return err
     if newrank >= 0:
         mask = 1
         while mask < p:
-            partner_new = newrank ^ mask
-            partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
-            err = _exchange(buf, count, dtype, op, partner, newrank < partner_new, comm, s)
+            err = _exchange(buf, count, dtype, op, unfolded_rank(newrank ^ mask, n),
+                            newrank < (newrank ^ mask), comm, s)
             if err:
                 return err
             mask <<= 1
-    if r < 2 * rem:
-        if r % 2:
-            err = sendrecv(buf, count * dtype_size(dtype), r - 1, NULL, 0, MPI_PROC_NULL, comm)
-        else:
-            err = sendrecv(NULL, 0, MPI_PROC_NULL, buf, count * dtype_size(dtype), r + 1, comm)
-    return err
+    return fold_out(buf, count * dtype_size(dtype), comm)

@@ -10,43 +10,28 @@ lower half when the current bit of the (new) rank is 0, so new rank k ends ownin
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.p2p cimport block_start, comm_size, comm_rank, sendrecv, sendrecv_reduce
-
-
-cdef inline int _real_rank(int newrank, int rem) noexcept nogil:
-    return newrank * 2 + 1 if newrank < rem else newrank + rem
+from hvlite._core.p2p cimport (block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv,
+                               sendrecv_reduce, unfolded_rank)
 
 
 cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                        Scratch* s) noexcept nogil:
-    cdef int n = comm_size(comm), r = comm_rank(comm), err = 0
+    cdef int n = comm_size(comm), err = 0
     cdef size_t es = dtype_size(dtype)
-    cdef int p = 1, rem, newrank, mask, partner
+    cdef int p = pow2_floor(n), newrank, mask, partner
     cdef size_t lo, hi, mid, klo, khi, slo, shi, a, b
     if n == 1:
         return 0
-    while p * 2 <= n:
-        p *= 2
-    rem = n - p
-    # Fold the extra ranks in.
-    if r < 2 * rem:
-        if r % 2 == 0:
-            err = sendrecv_reduce(buf, count, r + 1, NULL, 0, MPI_PROC_NULL, dtype, op, comm, s)
-            newrank = -1
-        else:
-            err = sendrecv_reduce(NULL, 0, MPI_PROC_NULL, buf, count, r - 1, dtype, op, comm, s)
-            newrank = r // 2
-        if err:
-            return err
-    else:
-        newrank = r - rem
+    err = fold_in(buf, count, dtype, op, comm, s, &newrank)
+    if err:
+        return err
     if newrank >= 0:
         # Reduce-scatter by recursive halving over block indices [lo, hi).
         lo = 0
         hi = p
         mask = p >> 1
         while mask > 0:
-            partner = _real_rank(newrank ^ mask, rem)
+            partner = unfolded_rank(newrank ^ mask, n)
             mid = lo + (hi - lo) // 2
             if newrank & mask:
                 klo, khi, slo, shi = mid, hi, lo, mid
@@ -65,7 +50,7 @@ cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm
         # Allgather by recursive doubling: exchange aligned runs of `mask` blocks.
         mask = 1
         while mask < p:
-            partner = _real_rank(newrank ^ mask, rem)
+            partner = unfolded_rank(newrank ^ mask, n)
             klo = <size_t>(newrank & ~(mask - 1))
             slo = klo ^ <size_t>mask
             a = block_start(count, p, klo)
@@ -77,10 +62,4 @@ cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm
             if err:
                 return err
             mask <<= 1
-    # Fold the extra ranks back out.
-    if r < 2 * rem:
-        if r % 2:
-            err = sendrecv(buf, count * es, r - 1, NULL, 0, MPI_PROC_NULL, comm)
-        else:
-            err = sendrecv(NULL, 0, MPI_PROC_NULL, buf, count * es, r + 1, comm)
-    return err
+    return fold_out(buf, count * es, comm)
