@@ -16,6 +16,8 @@ from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgument
                            StallError)
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
+from hvlite import timeline
+from hvlite.timeline import start_timeline, stop_timeline
 
 __version__ = "0.1.0"
 
@@ -69,7 +71,7 @@ __all__ = [
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
     "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
-    "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "synchronize", "Handle", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError",
 ]

@@ -27,6 +27,9 @@ class Settings:
     cache_capacity: int = 1024     # response-cache slots; 0 turns the cache off
     stall_check_seconds: float = 60.0     # 0 turns the stall check off
     stall_shutdown_seconds: float = 0.0   # > 0: a stall this long fails every rank
+    timeline: str = ""             # write a Chrome trace here from init() on
+    timeline_mark_cycles: bool = False
+    timeline_all_ranks: bool = False  # one file per rank (rank r: <name>.rank<r><ext>)
     alpha_intra: float = 2e-6      # cost model: seconds per message within a node
     beta_intra: float = 1 / 4e9    #   seconds per byte within a node
     alpha_inter: float = 10e-6     #   seconds per message between nodes
@@ -112,4 +115,7 @@ def load(env=None):
         stall_check_seconds=_nonneg(env, "HVLITE_STALL_CHECK_TIME_SECONDS", d.stall_check_seconds),
         stall_shutdown_seconds=_nonneg(env, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",
                                        d.stall_shutdown_seconds),
+        timeline=env.get("HVLITE_TIMELINE", d.timeline) or "",
+        timeline_mark_cycles=_bool(env, "HVLITE_TIMELINE_MARK_CYCLES", d.timeline_mark_cycles),
+        timeline_all_ranks=_bool(env, "HVLITE_TIMELINE_ALL_RANKS", d.timeline_all_ranks),
     )

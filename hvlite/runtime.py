@@ -70,6 +70,7 @@ class Runtime:
         self.thread = threading.Thread(target=self.coordinator.run, name="hvlite-coordinator",
                                        daemon=True)
         self.thread.start()
+        self.timeline = None
 
     def auto_name(self, kind):
         k = self.names.get(kind, 0)
@@ -86,6 +87,8 @@ class Runtime:
     def close(self):
         """Stop the coordinator (a collective step: it finishes once every rank's coordinator
         has seen the stop, failing whatever is still pending), then free everything."""
+        if self.timeline is not None:
+            self.timeline.stop()
         self.coordinator.stop()
         self.thread.join()
         self.engine.close()
@@ -103,6 +106,10 @@ def init(comm=None):
     _current = Runtime(comm, settings)
     from hvlite import collectives
     collectives._bind_core()
+    if settings.timeline:
+        from hvlite import timeline
+        timeline.start_timeline(settings.timeline, settings.timeline_mark_cycles,
+                                settings.timeline_all_ranks)
     return _current
 
 

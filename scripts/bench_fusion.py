@@ -9,6 +9,8 @@ each repetition so the machine's drift hits them alike:
   hvlite-unfused   the same with fusion off (every tensor its own all-reduce)
   mpi-iallreduce   MPI_Iallreduce per tensor, then MPI_Waitall
   mpi-flat         copy all tensors into one buffer, one MPI_Allreduce, copy back out
+  hvlite-timeline  hvlite-fused with the timeline recording (--timeline PATH; the writer
+                   thread formats and writes in the background as in a real job)
 Also: the coordinator's negotiation time per round with cache hits, and the latency of one
 synchronous 4 KiB / 64 KiB allreduce through the coordinator beside MPI_Allreduce.
 """
@@ -26,6 +28,7 @@ SMALL, LARGE = (200, 4096), (20, 262144)      # (count, float32 elements)
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=30, help="repetitions of each schedule")
+    p.add_argument("--timeline", default=None, help="also time fused steps with a timeline here")
     args = p.parse_args()
     hvd.init()
     rt = hvd._current()
@@ -59,9 +62,24 @@ def main():
             o[...] = flat[off:off + o.size]
             off += o.size
 
+    def traced_step():
+        writer.pause(False)
+        hvlite_step(True)
+        writer.pause(True)
+
     schedules = {"hvlite-fused": lambda: hvlite_step(True),
                  "hvlite-unfused": lambda: hvlite_step(False),
                  "mpi-iallreduce": mpi_iallreduce, "mpi-flat": mpi_flat}
+    if args.timeline:
+        hvd.start_timeline(args.timeline)
+        writer = rt.timeline.writer if rt.timeline.active else None
+        if writer is None:                         # ranks other than 0 record nothing
+            class _Off:
+                def pause(self, paused):
+                    pass
+            writer = _Off()
+        writer.pause(True)
+        schedules["hvlite-timeline"] = traced_step
     names = list(schedules)
     for s in names:                               # warm-up: fills the response cache too
         comm.Barrier()
@@ -83,6 +101,8 @@ def main():
                 fused_neg += after["negotiate_seconds"] - before["negotiate_seconds"]
                 fused_own += after["own_seconds"] - before["own_seconds"]
     coord.configure(fusion_threshold=threshold)
+    if args.timeline:
+        hvd.stop_timeline()
     med = {s: comm.allreduce(float(np.median(t)), op=MPI.MAX) for s, t in times.items()}
     best_mpi = min(med["mpi-iallreduce"], med["mpi-flat"])
 
@@ -111,6 +131,9 @@ def main():
         for s in names:
             print(f"{s:>16} | {1 / med[s]:8.1f} | {best_mpi / med[s]:10.2f}x")
         rounds = fused_rounds / args.steps
+        if args.timeline:
+            print(f"# timeline overhead: fused steps {med['hvlite-timeline'] / med['hvlite-fused'] - 1:+.1%} "
+                  f"slower with the timeline on (trace: {args.timeline})")
         print(f"# coordinator, fused steps (220 tensors, cache hits): {rounds:.1f} rounds/step; "
               f"its own work {fused_own / max(fused_rounds, 1) * 1e6:.1f} us per round "
               f"({fused_own / args.steps * 1e6:.1f} us per step); with MPI waits for the other "

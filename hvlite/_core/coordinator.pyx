@@ -34,6 +34,7 @@ from hvlite._core.cache cimport *
 from hvlite._core.negotiate cimport *
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.operations cimport *
+from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
 
 cnp.import_array()
 
@@ -42,6 +43,14 @@ cdef enum:
     FLAG_NOT_STOPPING = 2
     FLAG_NO_STALL = 4
     FLAG_ALL_JOINED = 8
+
+
+cdef extern from "<algorithm>" namespace "std" nogil:
+    void sort[Iter, Compare](Iter first, Iter last, Compare comp)
+
+
+cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
+    return a.submitted < b.submitted
 
 
 cdef class OwnedBuffer:
@@ -155,6 +164,7 @@ cdef class Coordinator:
     cdef readonly int64_t rounds, slow_rounds
     cdef readonly double negotiate_seconds
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
+    cdef Recorder rec
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -162,6 +172,7 @@ cdef class Coordinator:
         self.ctx.scratch.buf = NULL
         self.fusion.buf = NULL
         self.fusion.cap = 0
+        rec_init(&self.rec)
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
@@ -251,6 +262,15 @@ cdef class Coordinator:
             self.fusion.tensor_limit = fusion_tensor_limit
         hv_unlock(&self.qmon)
 
+    def writer(self):
+        """The timeline writer bound to this coordinator's recorder."""
+        return make_writer(&self.rec)
+
+    def cache_slots(self):
+        """{name: slot} of the response cache (read it while no collective is in flight)."""
+        return {self.cache.names[s].decode(): s for s in range(self.cache.capacity)
+                if not self.cache.names[s].empty()}
+
     def stats(self):
         return {"rounds": self.rounds, "slow_rounds": self.slow_rounds,
                 "negotiate_seconds": self.negotiate_seconds, "own_seconds": self.own_seconds,
@@ -328,6 +348,8 @@ cdef class Coordinator:
         cdef Request* req
         cdef vector[Item] items
         cdef Item item
+        cdef TEvent cyc
+        cdef size_t k
         bits.assign(2 * W + 1, 0)
         for s in range(W, 2 * W):
             bits[s] = ~(<uint64_t>0)
@@ -376,6 +398,7 @@ cdef class Coordinator:
                     item.meta = self.cache.metas[s]
                     item.req = deref(it).second if it != self.pending.end() else NULL
                     item.value = -1
+                    item.late.clear()
                     item.err = 0
                     items.push_back(item)
                     self.cache.last_used[s] = self.clock
@@ -385,7 +408,15 @@ cdef class Coordinator:
         if (bits[2 * W] & 7) != 7:
             finish = self._slow(items, not (bits[2 * W] & FLAG_NOT_STOPPING),
                                 not (bits[2 * W] & FLAG_NO_STALL), &contributors)
-        self.negotiate_seconds += hv_now() - t0
+        cdef double ready = hv_now()
+        self.negotiate_seconds += ready - t0
+        for k in range(items.size()):
+            items[k].ready = ready
+            items[k].fused = 1
+        if self.rec.on and self.rec.mark_cycles:
+            cyc.kind = K_CYCLE
+            cyc.start = t0
+            rec_push(&self.rec, cyc)
         if finish != 2:
             self._execute(items, contributors)
         if finish:
@@ -418,14 +449,22 @@ cdef class Coordinator:
         put_i64(payload, 1 if self.stop_requested else 0)
         hv_unlock(&self.qmon)
         put_i64(payload, 1 if self.joined else 0)
+        # Misses go out in submission order: rank 0 numbers names by first arrival, and that
+        # order becomes the execution order (and cache-slot order) on every rank.
+        cdef vector[Request*] misses
         for kv in self.pending:
             req = kv.second
             if req.slot < 0 and not req.sent:
-                put_i64(payload, REC_SUBMIT)
-                put_str(payload, req.name)
-                put_meta(payload, req.meta)
-                put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
-                req.sent = True
+                misses.push_back(req)
+        sort(misses.begin(), misses.end(), _submitted_before)
+        for req in misses:
+            put_i64(payload, REC_SUBMIT)
+            put_str(payload, req.name)
+            put_meta(payload, req.meta)
+            put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
+            req.sent = True
+        for kv in self.pending:
+            req = kv.second
             if stall and req.meta.collective != C_JOIN:
                 put_i64(payload, REC_PROBE)
                 put_str(payload, req.name)
@@ -478,6 +517,7 @@ cdef class Coordinator:
             get_meta(&rd, &item.meta)
             msg = get_str(&rd)
             item.value = get_i64(&rd)
+            item.late = get_str(&rd)
             item.err = 0
             it = self.pending.find(item.name)
             item.req = deref(it).second if it != self.pending.end() else NULL
@@ -522,6 +562,8 @@ cdef class Coordinator:
             req = it.req
             err = it.err
             c = it.meta.collective
+            if c != C_ALLREDUCE:
+                it.start = it.packed = hv_now()
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
             row_bytes = es
             for d in range(1, <int>it.meta.shape.size()):
@@ -562,12 +604,34 @@ cdef class Coordinator:
                                         row_bytes // es, it.meta.dtype, it.meta.op)
             elif c == C_JOIN and req != NULL:
                 req.value = it.value
+            if c != C_ALLREDUCE:
+                it.ran = it.unpacked = hv_now()
             if req == NULL:
                 continue
+            if self.rec.on:
+                self._record(it, req, item_count(req.meta) * es)
             if err:
                 self._complete(req, ST_ERROR, E_MPI, string(b"MPI call failed: "), err)
             else:
                 self._complete(req, ST_DONE, E_NONE, string(), 0)
+
+    cdef void _record(self, Item* it, Request* req, size_t nbytes) noexcept nogil:
+        cdef TEvent e
+        e.name = it.name
+        e.kind = it.meta.collective
+        e.submitted = req.submitted
+        e.ready = it.ready
+        e.start = it.start
+        e.packed = it.packed
+        e.ran = it.ran
+        e.unpacked = it.unpacked
+        e.done = hv_now()
+        e.nbytes = <int64_t>nbytes
+        e.dtype = req.meta.dtype
+        e.fused = it.fused
+        e.algorithm = req.algorithm_used
+        e.late = it.late
+        rec_push(&self.rec, e)
 
     cdef void _complete(self, Request* req, int status, int kind, string msg, int code) noexcept nogil:
         cdef string name = req.name

@@ -11,6 +11,9 @@ cdef cppclass Item:
     Request* req
     int64_t value
     int err
+    string late          # ranks that submitted last (rank 0 knows it for cache misses)
+    int fused            # tensors in this item's batch
+    double ready, start, packed, ran, unpacked   # timeline: when each phase ended
 
 cdef cppclass FusionBuffer:
     char* buf

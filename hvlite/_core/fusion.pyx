@@ -11,6 +11,7 @@ from libc.string cimport memcpy
 from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 from hvlite._core.request cimport *
+from hvlite._core.request cimport hv_now
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport fill_identity
 from hvlite._core.dispatch cimport Context, resolve_algorithm, run_allreduce
@@ -44,8 +45,11 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
     cdef int dtype = it.meta.dtype, op = it.meta.op, err, algo
     cdef size_t es = dtype_size(dtype), total = 0, off = 0, n, k
     cdef char* buf
+    cdef double t0 = hv_now(), t1, t2
     for k in batch:
         total += item_count(items[k].meta)
+        items[k].start = t0
+        items[k].fused = <int>batch.size()
     algo = resolve_algorithm(c, total * es, it.meta.algorithm)
     if batch.size() == 1:
         if it.req != NULL:
@@ -58,6 +62,8 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
                 return -1
             fill_identity(buf, total, dtype, op)
         err = run_allreduce(c, buf, total, dtype, op, algo, contributors)
+        it.packed = t0
+        it.ran = it.unpacked = hv_now()
         if it.req == NULL:
             free(buf)
         else:
@@ -72,7 +78,9 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         else:
             fill_identity(f.buf + off * es, n, dtype, op)
         off += n
+    t1 = hv_now()
     err = run_allreduce(c, f.buf, total, dtype, op, algo, contributors)
+    t2 = hv_now()
     off = 0
     for k in batch:
         n = item_count(items[k].meta)
@@ -80,6 +88,11 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
             memcpy(items[k].req.output, f.buf + off * es, n * es)
             items[k].req.algorithm_used = algo
         off += n
+    t0 = hv_now()
+    for k in batch:
+        items[k].packed = t1
+        items[k].ran = t2
+        items[k].unpacked = t0
     return err
 
 
@@ -103,9 +116,13 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
                     or items[j].meta.algorithm != items[i].meta.algorithm):
                 continue
             nbytes = item_count(items[j].meta) * es
-            if nbytes >= f.tensor_limit and j != i:
-                continue        # it gets a batch of its own when the outer loop reaches it
-            if batch.size() and (batch_bytes + nbytes > f.threshold or nbytes >= f.tensor_limit):
+            if nbytes >= f.tensor_limit:
+                if j != i:
+                    continue    # it gets a batch of its own when the outer loop reaches it
+                batch.push_back(j)
+                used[j] = 1
+                break
+            if batch.size() and batch_bytes + nbytes > f.threshold:
                 err = _run_batch(c, f, items, batch, contributors)
                 for k in batch:
                     items[k].err = err

@@ -22,6 +22,7 @@ cdef cppclass Entry:
     vector[Meta] metas
     vector[char] have
     int count
+    vector[int64_t] arrival     # the round in which each rank's submission arrived
     double first_seen
     int64_t order
 

@@ -5,7 +5,7 @@ and answers, for all ranks, in one order.
 Wire format: little strings of int64 fields. A rank's payload is a header
 [stopping, joined] then records [kind, name, meta, age]. Rank 0's response is
 [stopping ranks...], [fatal, message], [joined now, joined during this round], then records
-[name, status, slot, meta, message, value].
+[name, status, slot, meta, message, value, late ranks].
 """
 # distutils: language = c++
 from cython.operator cimport dereference as deref, preincrement as inc
@@ -219,6 +219,27 @@ cdef string _agreement(const string& name, Entry* e, int n) noexcept nogil:
     return head
 
 
+cdef string _late(Entry* e, int n) noexcept nogil:
+    """Ranks whose submission arrived in the last round, when not all arrived together."""
+    cdef int64_t lo = -1, hi = -1
+    cdef int r
+    cdef string s
+    for r in range(n):
+        if e.have[r]:
+            if lo < 0 or e.arrival[r] < lo:
+                lo = e.arrival[r]
+            if e.arrival[r] > hi:
+                hi = e.arrival[r]
+    if hi == lo:
+        return s
+    for r in range(n):
+        if e.have[r] and e.arrival[r] == hi:
+            if not s.empty():
+                s.append(b",")
+            _append_int(s, r)
+    return s
+
+
 cdef struct Ready:
     int64_t order
     const string* name
@@ -287,6 +308,7 @@ cdef string rank0_respond(Table* t, Cache* cache, vector[string]& payloads, int 
             e = &t.entries[name]
             if e.have.size() == 0:
                 e.have.assign(n, 0)
+                e.arrival.assign(n, 0)
                 e.metas.resize(n)
                 e.count = 0
                 e.first_seen = now
@@ -294,6 +316,7 @@ cdef string rank0_respond(Table* t, Cache* cache, vector[string]& payloads, int 
                 t.next_order += 1
             if not e.have[r]:
                 e.have[r] = 1
+                e.arrival[r] = clock
                 e.metas[r] = meta
                 e.count += 1
     for r in range(n):
@@ -345,6 +368,7 @@ cdef string rank0_respond(Table* t, Cache* cache, vector[string]& payloads, int 
             t.joined.assign(n, 0)
             t.join_time.assign(n, -1)
         put_i64(body, last)
+        put_str(body, _late(e, n))
         count += 1
         if slot >= 0:
             cache_put(cache, slot, name, meta)

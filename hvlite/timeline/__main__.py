@@ -1,0 +1,5 @@
+import sys
+
+from hvlite.timeline.cli import main
+
+sys.exit(main())

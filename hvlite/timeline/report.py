@@ -1,0 +1,154 @@
+"""Reading traces back: tolerant loading, per-tensor summaries, and the overlap figure."""
+import json
+from collections import defaultdict
+
+COMPUTE_TID = 0
+PHASES_AFTER_QUEUE = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")
+
+
+def load(path):
+    """Events of a trace file; an unterminated array (a killed writer) loads too."""
+    with open(path) as f:
+        text = f.read().strip()
+    if not text.endswith("]"):
+        text = text.rstrip().rstrip(",") + "\n]"
+    return json.loads(text)
+
+
+def load_many(paths):
+    events = []
+    for p in paths:
+        events.extend(load(p))
+    return events
+
+
+def is_communication(e):
+    """The phases in which a collective moves or packs data (after it left the queue)."""
+    name = e.get("name", "")
+    return e.get("ph") == "X" and e.get("tid", 0) >= 2 and not name.startswith("NEGOTIATE_") and (
+        name.endswith("_ALLREDUCE") or name.startswith("MPI_") or name in PHASES_AFTER_QUEUE)
+
+
+def _union(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _length(intervals):
+    return sum(b - a for a, b in intervals)
+
+
+def _intersection(xs, ys):
+    total, i, j = 0.0, 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if b > a:
+            total += b - a
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap(events):
+    """{rank: (communication µs, of which under a compute span µs)} plus "all" summed."""
+    comm, compute = defaultdict(list), defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        if e.get("tid") == COMPUTE_TID:
+            compute[e["pid"]].append(iv)
+        elif is_communication(e):
+            comm[e["pid"]].append(iv)
+    out = {}
+    for pid in sorted(comm):
+        c, k = _union(comm[pid]), _union(compute.get(pid, []))
+        out[pid] = (_length(c), _intersection(c, k))
+    out["all"] = (sum(v[0] for v in out.values()), sum(v[1] for v in out.values()))
+    return out
+
+
+def tensors(events):
+    """Per tensor name: count, bytes, and mean negotiate / queue / communicate µs."""
+    rows = defaultdict(lambda: {"op": "", "count": 0, "bytes": 0, "negotiate": 0.0,
+                                "queue": 0.0, "communicate": 0.0})
+    names = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            names[(e["pid"], e["tid"])] = e["args"]["name"]
+    for e in events:
+        if e.get("ph") != "X" or e.get("tid", 0) < 2:
+            continue
+        tensor = names.get((e["pid"], e["tid"]), str(e["tid"]))
+        r = rows[tensor]
+        name = e["name"]
+        if "tensor" in e.get("args", {}) and not name.startswith("NEGOTIATE_"):
+            r["op"], r["count"] = name, r["count"] + 1
+            r["bytes"] = e["args"].get("bytes", 0)
+        elif name.startswith("NEGOTIATE_"):
+            r["negotiate"] += e.get("dur", 0)
+        elif name == "QUEUE":
+            r["queue"] += e.get("dur", 0)
+        elif is_communication(e):
+            r["communicate"] += e.get("dur", 0)
+    for r in rows.values():
+        for k in ("negotiate", "queue", "communicate"):
+            r[k] /= max(r["count"], 1)
+    return dict(rows)
+
+
+def per_op(events):
+    """{op: (count, µs during which some tensor of that op was communicating, per rank summed)}.
+    Fused tensors share one interval, so unions (not sums) give the time."""
+    names = {}
+    kinds = {}
+    for e in events:
+        if e.get("ph") == "X" and "tensor" in e.get("args", {}) and not e["name"].startswith("NEGOTIATE_"):
+            kinds.setdefault((e["pid"], e["tid"]), e["name"])
+    count = defaultdict(int)
+    intervals = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        op = kinds.get((e["pid"], e["tid"]))
+        if op is None:
+            continue
+        if "tensor" in e.get("args", {}) and not e["name"].startswith("NEGOTIATE_"):
+            count[op] += 1
+        elif is_communication(e):
+            intervals[(op, e["pid"])].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    busy = defaultdict(float)
+    for (op, _), iv in intervals.items():
+        busy[op] += _length(_union(iv))
+    return {op: (count[op], busy[op]) for op in count}
+
+
+def summary_text(events, top=25):
+    rows = tensors(events)
+    lines = [f"{'tensor':<28} {'op':<14} {'count':>6} {'bytes':>10} {'negotiate us':>13} "
+             f"{'queue us':>9} {'comm us':>9}"]
+    by_time = sorted(rows.items(), key=lambda kv: -kv[1]["communicate"] * kv[1]["count"])
+    for name, r in by_time[:top]:
+        lines.append(f"{name[:28]:<28} {r['op']:<14} {r['count']:>6} {r['bytes']:>10} "
+                     f"{r['negotiate']:>13.1f} {r['queue']:>9.1f} {r['communicate']:>9.1f}")
+    if len(rows) > top:
+        lines.append(f"... {len(rows) - top} more tensors")
+    lines.append("")
+    lines.append(f"{'op':<14} {'count':>7} {'comm ms':>10}   (time any tensor of the op was communicating)")
+    for op, (count, busy) in sorted(per_op(events).items()):
+        lines.append(f"{op:<14} {count:>7} {busy / 1000:>10.2f}")
+    lines.append("")
+    ov = overlap(events)
+    for pid, (comm, hidden) in ov.items():
+        share = hidden / comm if comm else 0.0
+        who = "overall" if pid == "all" else f"rank {pid}"
+        lines.append(f"overlap {who:>8}: {share:6.1%} of {comm / 1000:.2f} ms of communication "
+                     f"ran while a compute span was open")
+    return "\n".join(lines)

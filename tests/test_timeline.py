@@ -1,0 +1,24 @@
+"""The timeline under mpiexec, and a trace left by a killed process."""
+import os
+import subprocess
+import sys
+
+from hvlite.timeline import report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_trace_of_a_job(mpirun, tmp_path):
+    mpirun(3, "tests/mpi/mpi_timeline.py", env={"TRACE_PATH": str(tmp_path / "trace.json")})
+    assert (tmp_path / "trace.rank2.json").exists()
+
+
+def test_killed_writer_leaves_a_loadable_file(tmp_path):
+    path = tmp_path / "killed.json"
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "timeline", "killed_writer.py"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    assert not path.read_text().rstrip().endswith("]")
+    events = report.load(path)
+    assert {e["args"]["tensor"] for e in events if "tensor" in e.get("args", {})} == {f"t{i}" for i in range(5)}
+    assert sum(1 for e in events if e.get("tid") == 0 and e["ph"] == "X") == 5
