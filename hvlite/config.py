@@ -1,6 +1,8 @@
 """Every setting, typed and validated, read once from the environment at init().
 
 A bad value is an error that names the variable and what it accepts; nothing is silently ignored.
+Horovod's variables with the same meaning are accepted too (HOROVOD_FUSION_THRESHOLD, ...), so a
+Horovod job's settings carry over; where both are set, the HVLITE_ one wins.
 """
 import dataclasses
 import os
@@ -9,6 +11,7 @@ from hvlite.errors import ConfigError
 
 ALGORITHMS = ("auto", "ring", "rhd", "rd", "tree", "hierarchical", "mpi")
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,11 +33,49 @@ class Settings:
     timeline: str = ""             # write a Chrome trace here from init() on
     timeline_mark_cycles: bool = False
     timeline_all_ranks: bool = False  # one file per rank (rank r: <name>.rank<r><ext>)
+    log_level: str = "warning"     # debug shows the measured cost model and crossovers
+    probe: bool = True             # measure alpha, beta, gamma at init() for algorithm="auto"
+    autotune: bool = False         # tune fusion threshold and cycle time over the first steps
+    autotune_log: str = ""         # CSV of every autotune trial (rank 0)
     alpha_intra: float = 2e-6      # cost model: seconds per message within a node
     beta_intra: float = 1 / 4e9    #   seconds per byte within a node
     alpha_inter: float = 10e-6     #   seconds per message between nodes
     beta_inter: float = 1 / 1.2e9  #   seconds per byte between nodes
     gamma: float = 1 / 6e9         #   seconds per byte reduced
+
+
+# hvlite name -> Horovod's name for the same setting
+ALIASES = {
+    "HVLITE_FUSION_THRESHOLD": "HOROVOD_FUSION_THRESHOLD",
+    "HVLITE_CYCLE_TIME": "HOROVOD_CYCLE_TIME",
+    "HVLITE_CACHE_CAPACITY": "HOROVOD_CACHE_CAPACITY",
+    "HVLITE_STALL_CHECK_TIME_SECONDS": "HOROVOD_STALL_CHECK_TIME_SECONDS",
+    "HVLITE_STALL_SHUTDOWN_TIME_SECONDS": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+    "HVLITE_TIMELINE": "HOROVOD_TIMELINE",
+    "HVLITE_TIMELINE_MARK_CYCLES": "HOROVOD_TIMELINE_MARK_CYCLES",
+    "HVLITE_AUTOTUNE": "HOROVOD_AUTOTUNE",
+    "HVLITE_AUTOTUNE_LOG": "HOROVOD_AUTOTUNE_LOG",
+    "HVLITE_LOG_LEVEL": "HOROVOD_LOG_LEVEL",
+}
+
+
+class _Env:
+    """The environment as hvlite reads it: an HVLITE_ name, else its Horovod alias.
+    `.get(name)` returns the raw value; `.source(name)` names the variable it came from."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def source(self, name):
+        if self.env.get(name) not in (None, ""):
+            return name
+        alias = ALIASES.get(name)
+        if alias and self.env.get(alias) not in (None, ""):
+            return alias
+        return name
+
+    def get(self, name, default=None):
+        return self.env.get(self.source(name), default)
 
 
 def _choice(env, name, choices, default):
@@ -43,7 +84,7 @@ def _choice(env, name, choices, default):
         return default
     value = raw.strip().lower()
     if value not in choices:
-        raise ConfigError(f"{name}={raw!r} is not valid; accepted values: {', '.join(choices)}")
+        raise ConfigError(f"{env.source(name)}={raw!r} is not valid; accepted values: {', '.join(choices)}")
     return value
 
 
@@ -54,9 +95,9 @@ def _int(env, name, default, lo, hi):
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer (accepted: {lo}..{hi})") from None
+        raise ConfigError(f"{env.source(name)}={raw!r} is not an integer (accepted: {lo}..{hi})") from None
     if not lo <= value <= hi:
-        raise ConfigError(f"{name}={raw!r} is out of range (accepted: {lo}..{hi})")
+        raise ConfigError(f"{env.source(name)}={raw!r} is out of range (accepted: {lo}..{hi})")
     return value
 
 
@@ -67,9 +108,9 @@ def _number(env, name, default, allow_zero=False):
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
+        raise ConfigError(f"{env.source(name)}={raw!r} is not a number") from None
     if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{name}={raw!r} must be {'non-negative' if allow_zero else 'positive'}")
+        raise ConfigError(f"{env.source(name)}={raw!r} must be {'non-negative' if allow_zero else 'positive'}")
     return value
 
 
@@ -90,14 +131,14 @@ def _bool(env, name, default):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean (accepted: 1/0, true/false, yes/no, on/off)")
+    raise ConfigError(f"{env.source(name)}={raw!r} is not a boolean (accepted: 1/0, true/false, yes/no, on/off)")
 
 
 def load(env=None):
     """Settings from the environment (os.environ unless env is given)."""
-    env = os.environ if env is None else env
+    env = _Env(os.environ if env is None else env)
     d = Settings()
-    return Settings(
+    settings = Settings(
         allreduce_algorithm=_choice(env, "HVLITE_ALLREDUCE_ALGORITHM", ALGORITHMS, d.allreduce_algorithm),
         mpi_thread_level=_choice(env, "HVLITE_MPI_THREAD_LEVEL", THREAD_LEVELS, d.mpi_thread_level),
         local_size=_int(env, "HVLITE_LOCAL_SIZE", d.local_size, 0, 1 << 20),
@@ -118,4 +159,12 @@ def load(env=None):
         timeline=env.get("HVLITE_TIMELINE", d.timeline) or "",
         timeline_mark_cycles=_bool(env, "HVLITE_TIMELINE_MARK_CYCLES", d.timeline_mark_cycles),
         timeline_all_ranks=_bool(env, "HVLITE_TIMELINE_ALL_RANKS", d.timeline_all_ranks),
+        log_level=_choice(env, "HVLITE_LOG_LEVEL", LOG_LEVELS, d.log_level),
+        probe=_bool(env, "HVLITE_PROBE", d.probe),
+        autotune=_bool(env, "HVLITE_AUTOTUNE", d.autotune),
+        autotune_log=env.get("HVLITE_AUTOTUNE_LOG", d.autotune_log) or "",
     )
+    if env.get("HVLITE_STALL_CHECK_TIME_SECONDS") in (None, "") and \
+            _bool(env, "HOROVOD_STALL_CHECK_DISABLE", False):
+        settings = dataclasses.replace(settings, stall_check_seconds=0.0)
+    return settings

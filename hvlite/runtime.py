@@ -55,7 +55,12 @@ class Runtime:
         s = settings
         model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra,
                  "alpha_inter": s.alpha_inter, "beta_inter": s.beta_inter, "gamma": s.gamma}
+        if s.probe and self.comm.Get_size() > 1:
+            model = measure_cost_model(self.comm, self.local, self.cross, model)
+        self.cost_model = model
         uniform = len(set(local_sizes)) == 1
+        if s.log_level in ("trace", "debug") and rank == 0:
+            log_cost_model(model, self.comm.Get_size(), leaders, self.local.Get_size(), uniform)
         self.engine = Engine(self.comm, self.local, self.cross, uniform, leaders,
                              s.segment_bytes, model)
         # The coordinator gets communicators of its own: only its thread uses them.
@@ -69,6 +74,8 @@ class Runtime:
         self.names = {}                        # per-collective counters for automatic names
         self.thread = threading.Thread(target=self.coordinator.run, name="hvlite-coordinator",
                                        daemon=True)
+        if s.autotune:
+            self.coordinator.autotune(log_path=s.autotune_log or None)
         self.thread.start()
         self.timeline = None
 
@@ -95,6 +102,45 @@ class Runtime:
         if not self.MPI.Is_finalized():
             for c in self._ccomms + (self.cross, self.local, self.comm):
                 c.Free()
+
+
+def measure_cost_model(comm, local, cross, defaults):
+    """The cost model's figures, measured (well under a second): one-way message time for 8 B and
+    1 MiB between neighbouring ranks within a node and across nodes, and the reduction rate.
+    Every rank ends with the same figures (the slowest pair's), so "auto" chooses alike."""
+    import numpy as np
+    from mpi4py import MPI
+    from hvlite._core.probe import pingpong, reduce_seconds_per_byte
+
+    def pair(c):
+        r, n = c.Get_rank(), c.Get_size()
+        partner = r ^ 1
+        if partner >= n:
+            return 0.0, 0.0
+        small = pingpong(c, partner, 8, 30)
+        large = pingpong(c, partner, 1 << 20, 4)
+        return small, max(large - small, 1e-12) / (1 << 20)
+
+    a_in, b_in = pair(local)
+    a_x, b_x = pair(cross)
+    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte()])
+    worst = np.empty_like(mine)
+    comm.Allreduce(mine, worst, op=MPI.MAX)
+    model = dict(defaults)
+    for key, value in zip(("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "gamma"), worst):
+        if value > 0:
+            model[key] = float(value)
+    return model
+
+
+def log_cost_model(model, n, nodes, local_size, uniform):
+    from hvlite._core.select import crossovers
+    m = model
+    print(f"hvlite: cost model: within a node alpha {m['alpha_intra'] * 1e6:.2f} us, "
+          f"{1 / m['beta_intra'] / 1e9:.2f} GB/s; across nodes alpha {m['alpha_inter'] * 1e6:.2f} us, "
+          f"{1 / m['beta_inter'] / 1e9:.2f} GB/s; reduce {1 / m['gamma'] / 1e9:.2f} GB/s\n"
+          f"hvlite: auto on {n} ranks, {nodes} node(s): "
+          f"{crossovers(n, model, nodes, local_size, uniform)}", file=sys.stderr, flush=True)
 
 
 def init(comm=None):

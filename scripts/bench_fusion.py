@@ -29,6 +29,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=30, help="repetitions of each schedule")
     p.add_argument("--timeline", default=None, help="also time fused steps with a timeline here")
+    p.add_argument("--autotune", action="store_true",
+                   help="instead: sweep fixed (fusion threshold, cycle time) settings, then let "
+                        "autotune choose, and compare")
     args = p.parse_args()
     hvd.init()
     rt = hvd._current()
@@ -66,6 +69,9 @@ def main():
         writer.pause(False)
         hvlite_step(True)
         writer.pause(True)
+
+    if args.autotune:
+        return autotune_vs_sweep(args, rt, grads, hvlite_step)
 
     schedules = {"hvlite-fused": lambda: hvlite_step(True),
                  "hvlite-unfused": lambda: hvlite_step(False),
@@ -141,6 +147,64 @@ def main():
         for nbytes, (h, m) in lat.items():
             print(f"# sync allreduce {nbytes >> 10} KiB: hvlite {h * 1e6:.1f} us, "
                   f"MPI_Allreduce {m * 1e6:.1f} us ({h / m:.1f}x)")
+    hvd.shutdown()
+
+
+def autotune_vs_sweep(args, rt, grads, hvlite_step):
+    """Steps/s for every fixed setting of autotune's grid, then with autotune's own choice."""
+    MPI, comm, coord = rt.MPI, rt.comm, rt.coordinator
+    thresholds = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
+    cycles = (0.25, 1.0, 2.5, 5.0)
+
+    def rate(steps):
+        times = []
+        for _ in range(steps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            hvlite_step(True)
+            times.append(time.perf_counter() - t0)
+        return 1.0 / comm.allreduce(float(np.median(times)), op=MPI.MAX)
+
+    hvlite_step(True)
+    sweep = {}
+    for t in thresholds:
+        for c in cycles:
+            comm.Barrier()
+            coord.configure(fusion_threshold=t, cycle_time=c / 1000.0)
+            hvlite_step(True)
+            sweep[(t, c)] = rate(args.steps)
+    comm.Barrier()
+    coord.autotune(thresholds, cycles)
+    steps_to_freeze, frozen = 0, False
+    while not frozen:
+        hvlite_step(True)
+        steps_to_freeze += 1
+        frozen = comm.bcast(coord.autotune_state()["frozen"] if comm.Get_rank() == 0 else None)
+    for _ in range(3):                      # the frozen setting takes effect in the next round
+        hvlite_step(True)
+    state = comm.bcast(coord.autotune_state() if comm.Get_rank() == 0 else None)
+    chosen = (state["fusion_threshold"], state["cycle_time_ms"])
+    best = max(sweep, key=sweep.get)
+    # The sweep's best is the maximum of 16 noisy figures, biased upward; compare the two settings
+    # again, alternating, in the same stretch of time.
+    again = {"best fixed": [], "autotuned": []}
+    for _ in range(4):
+        for label, (t, c) in (("best fixed", best), ("autotuned", chosen)):
+            comm.Barrier()
+            coord.configure(fusion_threshold=t, cycle_time=c / 1000.0)
+            hvlite_step(True)
+            again[label].append(rate(args.steps))
+    fixed_rate, tuned = float(np.median(again["best fixed"])), float(np.median(again["autotuned"]))
+    if comm.Get_rank() == 0:
+        print(f"# autotune against a sweep of fixed settings: {comm.Get_size()} ranks, "
+              f"median of {args.steps} steps each")
+        print(f"{'fusion threshold':>17} | " + " | ".join(f"{c:>6} ms" for c in cycles))
+        for t in thresholds:
+            print(f"{t >> 20:>13} MiB | " + " | ".join(f"{sweep[(t, c)]:9.1f}" for c in cycles))
+        print(f"# best fixed: {best[0] >> 20} MiB, {best[1]} ms: {sweep[best]:.1f} steps/s")
+        print(f"# autotune: froze after {steps_to_freeze} steps on {chosen[0] >> 20} MiB, {chosen[1]:g} ms")
+        print(f"# measured again, alternating, median of 4 x {args.steps} steps: best fixed "
+              f"{fixed_rate:.1f} steps/s, autotuned {tuned:.1f} steps/s = {tuned / fixed_rate:.1%}")
     hvd.shutdown()
 
 

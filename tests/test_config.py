@@ -45,3 +45,20 @@ def test_bad_values_name_the_variable(var, value, fragment):
         load({var: value})
     assert var in str(info.value) and repr(value) in str(info.value) and fragment in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_horovod_aliases_and_precedence():
+    s = load({"HOROVOD_FUSION_THRESHOLD": "1024", "HOROVOD_CYCLE_TIME": "3",
+              "HOROVOD_TIMELINE": "t.json", "HOROVOD_STALL_CHECK_DISABLE": "1"})
+    assert (s.fusion_threshold, s.cycle_time_ms, s.timeline, s.stall_check_seconds) == (1024, 3.0, "t.json", 0.0)
+    assert load({"HOROVOD_FUSION_THRESHOLD": "1024", "HVLITE_FUSION_THRESHOLD": "7"}).fusion_threshold == 7
+    with pytest.raises(ConfigError, match="HOROVOD_CACHE_CAPACITY='many'"):
+        load({"HOROVOD_CACHE_CAPACITY": "many"})
+
+
+def test_autotune_and_probe_settings():
+    s = load({"HVLITE_AUTOTUNE": "1", "HVLITE_AUTOTUNE_LOG": "a.csv", "HVLITE_PROBE": "0",
+              "HVLITE_LOG_LEVEL": "debug"})
+    assert (s.autotune, s.autotune_log, s.probe, s.log_level) == (True, "a.csv", False, "debug")
+    with pytest.raises(ConfigError, match="HVLITE_LOG_LEVEL"):
+        load({"HVLITE_LOG_LEVEL": "loud"})

@@ -43,6 +43,39 @@ cdef enum:
     FLAG_NOT_STOPPING = 2
     FLAG_NO_STALL = 4
     FLAG_ALL_JOINED = 8
+    FLAG_NO_TUNE = 16        # rank 0 clears it to publish a new autotune setting
+    SLOW_FLAGS = 1 | 2 | 4 | 16
+
+cdef extern from "stdio.h" nogil:
+    ctypedef struct FILE
+    FILE* fopen(const char*, const char*)
+    int fclose(FILE*)
+    int fprintf(FILE*, const char*, ...)
+    int fflush(FILE*)
+
+
+# Autotune (rank 0 decides, every rank applies): a grid of (fusion threshold, cycle time)
+# trials, each scored by bytes all-reduced per second of wall time over a window of rounds;
+# then the best three are measured again and the best mean wins (single windows are noisy).
+cdef cppclass Tuner:
+    bint on
+    bint frozen
+    bint publish           # rank 0: a new setting goes out with the next round
+    vector[size_t] thresholds
+    vector[double] cycles
+    int trial              # index into the grid; -1 while warming up
+    int warmup_rounds
+    int window_rounds
+    double window_seconds
+    int rounds
+    double bytes
+    double t0
+    vector[double] scores       # one per grid point (first pass)
+    vector[int] finalists       # second pass: the best few, measured again
+    int final_pos               # position in finalists during the second pass; -1 before it
+    vector[double] rescores
+    int best
+    FILE* log
 
 
 cdef extern from "<algorithm>" namespace "std" nogil:
@@ -51,6 +84,18 @@ cdef extern from "<algorithm>" namespace "std" nogil:
 
 cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
     return a.submitted < b.submitted
+
+
+cdef bint _contains(vector[int]& v, int x) noexcept nogil:
+    return _index(v, x) >= 0
+
+
+cdef int _index(vector[int]& v, int x) noexcept nogil:
+    cdef int i
+    for i in range(<int>v.size()):
+        if v[i] == x:
+            return i
+    return -1
 
 
 cdef class OwnedBuffer:
@@ -165,6 +210,7 @@ cdef class Coordinator:
     cdef readonly double negotiate_seconds
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
     cdef Recorder rec
+    cdef Tuner tune
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -173,6 +219,8 @@ cdef class Coordinator:
         self.fusion.buf = NULL
         self.fusion.cap = 0
         rec_init(&self.rec)
+        self.tune.on = False
+        self.tune.log = NULL
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
@@ -266,6 +314,115 @@ cdef class Coordinator:
         """The timeline writer bound to this coordinator's recorder."""
         return make_writer(&self.rec)
 
+    def autotune(self, thresholds=(1 << 20, 4 << 20, 16 << 20, 64 << 20),
+                 cycles_ms=(0.25, 1.0, 2.5, 5.0), warmup_rounds=20, window_rounds=60,
+                 window_seconds=0.5, log_path=None):
+        """Start tuning the fusion threshold and cycle time. Call it on every rank with the same
+        arguments, between steps; rank 0 runs the trials and every rank applies its choices."""
+        hv_lock(&self.qmon)
+        self.tune.thresholds.clear()
+        self.tune.cycles.clear()
+        for t in thresholds:
+            for c in cycles_ms:
+                self.tune.thresholds.push_back(t)
+                self.tune.cycles.push_back(c / 1000.0)
+        self.tune.trial = -1
+        self.tune.warmup_rounds = warmup_rounds
+        self.tune.window_rounds = window_rounds
+        self.tune.window_seconds = window_seconds
+        self.tune.rounds = 0
+        self.tune.bytes = 0
+        self.tune.scores.clear()
+        self.tune.finalists.clear()
+        self.tune.rescores.clear()
+        self.tune.final_pos = -1
+        self.tune.frozen = False
+        self.tune.publish = False
+        self.tune.best = -1
+        if log_path and self.ctx.rank == 0:
+            self.tune.log = fopen(log_path.encode(), b"w")
+            if self.tune.log != NULL:
+                fprintf(self.tune.log, "trial,fusion_threshold_bytes,cycle_time_ms,rounds,bytes,seconds,GB_per_s,chosen\n")
+                fflush(self.tune.log)
+        self.tune.on = True
+        hv_unlock(&self.qmon)
+
+    def autotune_state(self):
+        """Rank 0's view: trial index, frozen, and the setting in force."""
+        return {"on": self.tune.on, "frozen": self.tune.frozen, "trial": self.tune.trial,
+                "trials": <int>self.tune.thresholds.size(),
+                "fusion_threshold": self.fusion.threshold, "cycle_time_ms": self.cycle_time * 1e3}
+
+    cdef void _tune_round(self, double nbytes) noexcept nogil:
+        """Rank 0, after each round: account it, and move to the next trial when a window ends."""
+        cdef Tuner* t = &self.tune
+        cdef double now = hv_now(), secs, score
+        cdef int i, k, best
+        if not t.on or t.frozen or self.ctx.rank != 0 or t.publish:
+            return
+        t.rounds += 1
+        t.bytes += nbytes
+        if t.trial < 0:
+            if t.rounds >= t.warmup_rounds:
+                t.trial = 0
+                t.publish = True
+            return
+        secs = now - t.t0
+        if t.rounds < t.window_rounds or secs < t.window_seconds:
+            return
+        score = t.bytes / secs
+        if t.log != NULL:
+            fprintf(t.log, "%d,%zu,%.3f,%d,%.0f,%.6f,%.4f,0\n", t.trial, t.thresholds[t.trial],
+                    t.cycles[t.trial] * 1e3, t.rounds, t.bytes, secs, score / 1e9)
+            fflush(t.log)
+        if t.final_pos < 0:
+            t.scores.push_back(score)
+            t.trial += 1
+            if t.trial < <int>t.thresholds.size():
+                t.publish = True
+                return
+            # second pass: the three best of the first, measured again
+            for k in range(3 if t.scores.size() >= 3 else <int>t.scores.size()):
+                best = -1
+                for i in range(<int>t.scores.size()):
+                    if (best < 0 or t.scores[i] > t.scores[best]) and not _contains(t.finalists, i):
+                        best = i
+                t.finalists.push_back(best)
+            t.final_pos = 0
+            t.trial = t.finalists[0]
+            t.publish = True
+            return
+        t.rescores.push_back(score)
+        t.final_pos += 1
+        if t.final_pos < <int>t.finalists.size():
+            t.trial = t.finalists[t.final_pos]
+            t.publish = True
+            return
+        t.best = t.finalists[0]
+        for k in range(<int>t.finalists.size()):
+            i = t.finalists[k]
+            if (t.scores[i] + t.rescores[k]) > (t.scores[t.best] + t.rescores[_index(t.finalists, t.best)]):
+                t.best = i
+        t.trial = t.best
+        t.frozen = True
+        if t.log != NULL:
+            fprintf(t.log, "%d,%zu,%.3f,0,0,0,%.4f,1\n", t.best, t.thresholds[t.best],
+                    t.cycles[t.best] * 1e3,
+                    (t.scores[t.best] + t.rescores[_index(t.finalists, t.best)]) / 2e9)
+            fclose(t.log)
+            t.log = NULL
+        t.publish = True
+
+    cdef void _tune_apply(self, int64_t threshold, int64_t cycle_ns) noexcept nogil:
+        """Every rank, at the same round: the setting rank 0 published takes effect."""
+        hv_lock(&self.qmon)
+        self.fusion.threshold = <size_t>threshold
+        self.cycle_time = cycle_ns * 1e-9
+        hv_unlock(&self.qmon)
+        self.tune.rounds = 0
+        self.tune.bytes = 0
+        self.tune.t0 = hv_now()
+
     def cache_slots(self):
         """{name: slot} of the response cache (read it while no collective is in flight)."""
         return {self.cache.names[s].decode(): s for s in range(self.cache.capacity)
@@ -350,6 +507,7 @@ cdef class Coordinator:
         cdef Item item
         cdef TEvent cyc
         cdef size_t k
+        cdef double nbytes
         bits.assign(2 * W + 1, 0)
         for s in range(W, 2 * W):
             bits[s] = ~(<uint64_t>0)
@@ -371,7 +529,8 @@ cdef class Coordinator:
             stall = True
             self.last_stall = now
         bits[2 * W] = ((0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
-                       (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0))
+                       (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
+                       (0 if self.tune.publish else FLAG_NO_TUNE))
         self.own_seconds += hv_now() - t0
         err = MPI_Iallreduce(MPI_IN_PLACE, bits.data(), 2 * W + 1, MPI_UINT64_T, MPI_BAND,
                              self.ctx.comm, &mreq)
@@ -405,7 +564,7 @@ cdef class Coordinator:
         cdef int finish = 0
         cdef long contributors = self.ctx.size - self.njoined
         self.own_seconds += hv_now() - t1
-        if (bits[2 * W] & 7) != 7:
+        if (bits[2 * W] & SLOW_FLAGS) != SLOW_FLAGS:
             finish = self._slow(items, not (bits[2 * W] & FLAG_NOT_STOPPING),
                                 not (bits[2 * W] & FLAG_NO_STALL), &contributors)
         cdef double ready = hv_now()
@@ -419,6 +578,12 @@ cdef class Coordinator:
             rec_push(&self.rec, cyc)
         if finish != 2:
             self._execute(items, contributors)
+            if self.tune.on and self.ctx.rank == 0:
+                nbytes = 0
+                for k in range(items.size()):
+                    if items[k].meta.collective == C_ALLREDUCE:
+                        nbytes += item_count(items[k].meta) * dtype_size(items[k].meta.dtype)
+                self._tune_round(nbytes)
         if finish:
             self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
             return 1
@@ -443,7 +608,8 @@ cdef class Coordinator:
         cdef vector[string] payloads
         cdef Reader rd
         cdef Item item
-        cdef string msg, stoppers
+        cdef string msg, stoppers, tail
+        cdef int64_t tail_len, tune_threshold, tune_cycle
         self.slow_rounds += 1
         hv_lock(&self.qmon)
         put_i64(payload, 1 if self.stop_requested else 0)
@@ -487,6 +653,15 @@ cdef class Coordinator:
                 payloads.push_back(string(gathered.data() + displs[r], <size_t>lens[r]))
             resp = rank0_respond(&self.table, &self.cache, payloads, n, now, self.stall_check,
                                  self.stall_shutdown, self.clock)
+            if self.tune.publish:
+                put_i64(tail, 1)
+                put_i64(tail, <int64_t>self.tune.thresholds[self.tune.trial])
+                put_i64(tail, <int64_t>(self.tune.cycles[self.tune.trial] * 1e9))
+                self.tune.publish = False
+            else:
+                put_i64(tail, 0)
+            put_i64(resp, <int64_t>tail.size())
+            resp.append(tail)
         len64 = <int64_t>resp.size()
         if not err:
             err = MPI_Bcast(&len64, 1, MPI_INT64_T, 0, self.ctx.comm)
@@ -530,6 +705,11 @@ cdef class Coordinator:
             if item.meta.collective == C_JOIN:
                 self.joined = False
             items.push_back(item)
+        tail_len = get_i64(&rd)
+        if tail_len > 0 and get_i64(&rd) == 1:       # an autotune setting from rank 0
+            tune_threshold = get_i64(&rd)
+            tune_cycle = get_i64(&rd)
+            self._tune_apply(tune_threshold, tune_cycle)
         # requests whose slot was just handed to another name go back to rank 0
         for kv in self.pending:
             req = kv.second

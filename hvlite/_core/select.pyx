@@ -88,3 +88,27 @@ def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1
 def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True):
     cdef CostModel m = model
     return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, &m)]
+
+
+def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=True):
+    """Where auto's choice changes, from 1 byte to 1 GiB: "rd < 16 KiB <= rhd < ..."."""
+    cdef CostModel m = model
+    parts, last = [], None
+    for k in range(0, 31):
+        algo = NAMES[choose(float(1 << k), n, nodes, local_size or n, uniform, &m)]
+        if algo != last:
+            if last is not None:
+                parts.append(_human(1 << k))
+            parts.append(algo)
+            last = algo
+    out = parts[0]
+    for i in range(1, len(parts), 2):       # parts: algo, size, algo, size, algo ...
+        out += f" < {parts[i]} <= {parts[i + 1]}"
+    return out
+
+
+def _human(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n // k} {unit}"
+    return f"{n} B"

@@ -1,0 +1,65 @@
+"""Measurements behind the cost model: one-way message time between two ranks (ping-pong),
+and this machine's reduction rate. Both run without the GIL."""
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport DT_FLOAT32
+from hvlite._core.reduce cimport reduce_into, OP_SUM
+
+
+def pingpong(MPI.Comm comm, int partner, int nbytes, int reps):
+    """Median one-way time (s) of an nbytes message between this rank and `partner`; the lower
+    rank sends first. Both ranks must call it with the same arguments."""
+    cdef MPI_Comm c = comm.ob_mpi
+    cdef int me = comm.Get_rank(), i, err = 0
+    cdef char* buf = <char*>malloc(nbytes + 1)
+    if buf == NULL:
+        raise MemoryError()
+    memset(buf, 0, nbytes + 1)
+    times = []
+    cdef double t0
+    try:
+        for i in range(reps + 2):
+            with nogil:
+                t0 = MPI_Wtime()
+                if me < partner:
+                    err = MPI_Send(buf, nbytes, MPI_BYTE, partner, 77, c) or \
+                          MPI_Recv(buf, nbytes, MPI_BYTE, partner, 77, c, MPI_STATUS_IGNORE)
+                else:
+                    err = MPI_Recv(buf, nbytes, MPI_BYTE, partner, 77, c, MPI_STATUS_IGNORE) or \
+                          MPI_Send(buf, nbytes, MPI_BYTE, partner, 77, c)
+                t0 = MPI_Wtime() - t0
+            if err:
+                raise RuntimeError(f"hvlite probe: MPI error {err}")
+            if i >= 2:                        # the first exchanges set up the connection
+                times.append(t0 / 2)
+    finally:
+        free(buf)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def reduce_seconds_per_byte(int nbytes=4 << 20, int reps=3):
+    """Seconds per byte of a float32 Sum in the core's kernel (cold-ish buffers)."""
+    cdef size_t n = nbytes // 4
+    cdef float* a = <float*>malloc(n * 4)
+    cdef float* b = <float*>malloc(n * 4)
+    cdef double t0, best = 1e9
+    cdef int i
+    if a == NULL or b == NULL:
+        free(a)
+        free(b)
+        raise MemoryError()
+    memset(a, 0, n * 4)
+    memset(b, 0, n * 4)
+    with nogil:
+        for i in range(reps):
+            t0 = MPI_Wtime()
+            reduce_into(a, b, n, DT_FLOAT32, OP_SUM)
+            t0 = MPI_Wtime() - t0
+            if t0 < best:
+                best = t0
+    free(a)
+    free(b)
+    return best / (n * 4)

@@ -1,0 +1,5 @@
+import sys
+
+from hvlite.run.launcher import main
+
+sys.exit(main())

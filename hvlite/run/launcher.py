@@ -1,0 +1,241 @@
+"""hvliterun -np N [-H host1:4,host2:4 | --hostfile F] [options] command ...
+
+Builds and runs the mpiexec of the MPI hvlite was built against (MPICH's hydra or Open MPI),
+passing hvlite's settings as environment variables to every rank, forwarding SIGINT/SIGTERM/
+SIGHUP to the job, and exiting with the job's status.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+from hvlite.config import ALGORITHMS
+
+
+class LaunchError(Exception):
+    """A problem with the command line or the environment, reported before anything starts."""
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-np must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"-np must be a positive integer, got {text!r}")
+    return value
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="hvliterun", description=__doc__.split("\n")[0],
+                                usage="hvliterun -np N [options] command [args ...]")
+    p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, help="number of ranks")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="host1:slots,host2:slots (slots default to 1)")
+    hosts.add_argument("--hostfile", help="one host per line: 'host slots=N', 'host:N' or 'host'")
+    p.add_argument("--timeline-filename", help="write a Chrome trace (HVLITE_TIMELINE)")
+    p.add_argument("--timeline-mark-cycles", action="store_true")
+    p.add_argument("--fusion-threshold-mb", type=float, help="HVLITE_FUSION_THRESHOLD, in MiB")
+    p.add_argument("--cycle-time-ms", type=float, help="HVLITE_CYCLE_TIME")
+    p.add_argument("--cache-capacity", type=int, help="HVLITE_CACHE_CAPACITY")
+    p.add_argument("--algorithm", choices=ALGORITHMS, help="HVLITE_ALLREDUCE_ALGORITHM")
+    p.add_argument("--autotune", action="store_true", help="HVLITE_AUTOTUNE=1")
+    p.add_argument("--autotune-log-file", help="HVLITE_AUTOTUNE_LOG")
+    p.add_argument("--stall-check-seconds", type=float, help="HVLITE_STALL_CHECK_TIME_SECONDS")
+    p.add_argument("--stall-shutdown-seconds", type=float, help="HVLITE_STALL_SHUTDOWN_TIME_SECONDS")
+    p.add_argument("--mpi-thread-level", choices=("single", "funneled", "serialized", "multiple"))
+    p.add_argument("--mpiexec", help="the mpiexec to use (default: the one next to this Python)")
+    p.add_argument("--verbose", action="store_true", help="print the mpiexec command; debug logging")
+    p.add_argument("--check-build", action="store_true",
+                   help="print hvlite's and MPI's versions, thread level, algorithms, and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
+    return p
+
+
+def parse_args(argv):
+    args = parser().parse_args(argv)
+    if args.check_build:
+        return args
+    if args.np is None:
+        raise LaunchError("hvliterun: -np N is required (the number of ranks)")
+    if not args.command:
+        raise LaunchError("hvliterun: no command given; e.g. hvliterun -np 2 python train.py")
+    return args
+
+
+def parse_hosts(spec):
+    """'a:4,b:2,c' -> [('a', 4), ('b', 2), ('c', 1)]; errors name the bad entry."""
+    hosts = []
+    for item in spec.split(","):
+        item = item.strip()
+        name, _, slots = item.partition(":")
+        if not name or any(c.isspace() for c in name) or (_ and not slots):
+            raise LaunchError(f"hvliterun: bad host entry {item!r}; use host or host:slots")
+        try:
+            n = int(slots) if slots else 1
+        except ValueError:
+            raise LaunchError(f"hvliterun: bad slot count in {item!r}; use host:slots") from None
+        if n < 1:
+            raise LaunchError(f"hvliterun: slot count must be positive in {item!r}")
+        hosts.append((name, n))
+    return hosts
+
+
+def read_hostfile(path):
+    hosts = []
+    try:
+        lines = open(path).read().splitlines()
+    except OSError as e:
+        raise LaunchError(f"hvliterun: cannot read hostfile {path!r}: {e.strerror}") from None
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) == 2 and parts[1].startswith("slots="):
+            line = f"{parts[0]}:{parts[1][len('slots='):]}"
+        elif len(parts) != 1:
+            raise LaunchError(f"hvliterun: bad hostfile line {line!r} in {path}")
+        hosts.extend(parse_hosts(line))
+    if not hosts:
+        raise LaunchError(f"hvliterun: hostfile {path!r} lists no hosts")
+    return hosts
+
+
+def find_mpiexec(explicit=None):
+    """--mpiexec, else $HVLITE_MPIEXEC, else the one next to this Python, else PATH's.
+    One that is asked for by name but missing is an error, never silently replaced."""
+    for how, cand in (("--mpiexec", explicit), ("HVLITE_MPIEXEC", os.environ.get("HVLITE_MPIEXEC"))):
+        if cand:
+            found = cand if os.path.exists(cand) else shutil.which(cand)
+            if not found:
+                raise LaunchError(f"hvliterun: {how} {cand!r} not found")
+            return found
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(here):
+        return here
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise LaunchError("hvliterun: no mpiexec found (install hvlite with `make install`, put "
+                          "your MPI's mpiexec on PATH, or pass --mpiexec)")
+    return found
+
+
+def mpi_flavor(mpiexec):
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20)
+        text = (out.stdout + out.stderr).lower()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if "open mpi" in text or "open-mpi" in text or "openrte" in text:
+        return "openmpi"
+    if "hydra" in text or "mpich" in text or "intel" in text:
+        return "mpich"
+    return "unknown"
+
+
+def settings_env(args):
+    env = {}
+    if args.timeline_filename:
+        env["HVLITE_TIMELINE"] = args.timeline_filename
+    if args.timeline_mark_cycles:
+        env["HVLITE_TIMELINE_MARK_CYCLES"] = "1"
+    if args.fusion_threshold_mb is not None:
+        env["HVLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
+    if args.cycle_time_ms is not None:
+        env["HVLITE_CYCLE_TIME"] = str(args.cycle_time_ms)
+    if args.cache_capacity is not None:
+        env["HVLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.algorithm:
+        env["HVLITE_ALLREDUCE_ALGORITHM"] = args.algorithm
+    if args.autotune:
+        env["HVLITE_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["HVLITE_AUTOTUNE_LOG"] = args.autotune_log_file
+    if args.stall_check_seconds is not None:
+        env["HVLITE_STALL_CHECK_TIME_SECONDS"] = str(args.stall_check_seconds)
+    if args.stall_shutdown_seconds is not None:
+        env["HVLITE_STALL_SHUTDOWN_TIME_SECONDS"] = str(args.stall_shutdown_seconds)
+    if args.mpi_thread_level:
+        env["HVLITE_MPI_THREAD_LEVEL"] = args.mpi_thread_level
+    if args.verbose:
+        env["HVLITE_LOG_LEVEL"] = "debug"
+    return env
+
+
+def build_command(args, mpiexec, flavor):
+    """The mpiexec command line: ranks, hosts, and every setting exported to every rank."""
+    cmd = [mpiexec, "-n", str(args.np)]
+    hosts = parse_hosts(args.hosts) if args.hosts else (read_hostfile(args.hostfile) if args.hostfile else None)
+    if hosts:
+        spec = ",".join(f"{h}:{n}" for h, n in hosts)
+        cmd += ["-H", spec] if flavor == "openmpi" else ["-hosts", spec]
+    for key, value in sorted(settings_env(args).items()):
+        cmd += ["-x", f"{key}={value}"] if flavor == "openmpi" else ["-genv", key, value]
+    return cmd + list(args.command)
+
+
+def check_build():
+    from mpi4py import MPI
+
+    import hvlite
+    from hvlite import config
+    from hvlite._core.select import NAMES, crossovers
+    s = config.load()
+    level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
+                   MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED", MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
+    lines = [f"hvlite v{hvlite.__version__}",
+             f"  MPI library:      {MPI.Get_library_version().splitlines()[0].strip()}",
+             f"  MPI standard:     {'.'.join(map(str, MPI.Get_version()))}; mpi4py {__import__('mpi4py').__version__}",
+             f"  mpiexec:          {_safe(find_mpiexec)} ({mpi_flavor(_safe(find_mpiexec))})",
+             f"  thread level:     {s.mpi_thread_level} requested (HVLITE_MPI_THREAD_LEVEL); "
+             f"this process got {level_names.get(MPI.Query_thread(), '?')}",
+             "  CUDA-aware MPI:   not built (GPU buffers are not supported by this build)",
+             "  algorithms:       " + ", ".join(sorted(a for a in NAMES.values() if a != "auto")) + ", auto",
+             "  collectives:      allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join",
+             "  auto crossovers (default cost model; jobs measure theirs at init):"]
+    model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra, "alpha_inter": s.alpha_inter,
+             "beta_inter": s.beta_inter, "gamma": s.gamma}
+    for n in (2, 4, 8, 16):
+        lines.append(f"    {n:>2} ranks, one node: {crossovers(n, model)}")
+    lines.append(f"    16 ranks, 4 nodes:   {crossovers(16, model, nodes=4, local_size=4)}")
+    print("\n".join(lines))
+    return 0
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except LaunchError:
+        return "none found"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+        if args.check_build:
+            return check_build()
+        mpiexec = find_mpiexec(args.mpiexec)
+        cmd = build_command(args, mpiexec, mpi_flavor(mpiexec))
+    except LaunchError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.verbose:
+        print("hvliterun: " + " ".join(cmd), file=sys.stderr, flush=True)
+    env = dict(os.environ)
+    env.update(settings_env(args))
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as e:
+        print(f"hvliterun: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 2
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    rc = proc.wait()
+    return rc if rc >= 0 else 128 - rc

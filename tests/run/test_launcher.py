@@ -1,0 +1,124 @@
+"""hvliterun: argument parsing, the mpiexec command it builds, its errors, and real runs."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hvlite.run.launcher import LaunchError, build_command, parse_args, parse_hosts, read_hostfile
+
+HVLITERUN = [sys.executable, "-m", "hvlite.run"]
+
+
+def run(argv, timeout=120):
+    """Run hvliterun; on a timeout kill its whole process group (mpiexec and the ranks too)."""
+    proc = subprocess.Popen(HVLITERUN + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"hvliterun {argv} hung; output:\n{out}\n{err}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_parse_hosts():
+    assert parse_hosts("a:4,b:2,c") == [("a", 4), ("b", 2), ("c", 1)]
+    for bad in ("a:x", "a:0", ":3", "a:", "a b:2"):
+        with pytest.raises(LaunchError, match="hvliterun"):
+            parse_hosts(bad)
+
+
+def test_hostfile(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("# cluster\nnode1 slots=4\nnode2:2\nnode3\n")
+    assert read_hostfile(f) == [("node1", 4), ("node2", 2), ("node3", 1)]
+    f.write_text("node1 slots=4 extra\n")
+    with pytest.raises(LaunchError, match="bad hostfile line"):
+        read_hostfile(f)
+    with pytest.raises(LaunchError, match="cannot read hostfile"):
+        read_hostfile(tmp_path / "missing")
+
+
+def test_command_for_mpich_and_open_mpi():
+    args = parse_args(["-np", "4", "-H", "a:2,b:2", "--fusion-threshold-mb", "32",
+                       "--cycle-time-ms", "2", "--algorithm", "ring", "--timeline-filename", "t.json",
+                       "python", "train.py", "--lr", "0.1"])
+    mpich = build_command(args, "/x/mpiexec", "mpich")
+    assert mpich[:5] == ["/x/mpiexec", "-n", "4", "-hosts", "a:2,b:2"]
+    assert mpich[-4:] == ["python", "train.py", "--lr", "0.1"]
+    assert ["-genv", "HVLITE_FUSION_THRESHOLD", str(32 << 20)] == mpich[5:8] or \
+        "HVLITE_FUSION_THRESHOLD" in mpich
+    i = mpich.index("HVLITE_CYCLE_TIME")
+    assert mpich[i - 1:i + 2] == ["-genv", "HVLITE_CYCLE_TIME", "2.0"]
+    assert mpich[mpich.index("HVLITE_ALLREDUCE_ALGORITHM") + 1] == "ring"
+    ompi = build_command(args, "/y/mpiexec", "openmpi")
+    assert ompi[3:5] == ["-H", "a:2,b:2"]
+    assert "-x" in ompi and f"HVLITE_FUSION_THRESHOLD={32 << 20}" in ompi and "HVLITE_TIMELINE=t.json" in ompi
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["python", "x.py"], "-np N is required"),
+    (["-np", "2"], "no command given"),
+])
+def test_launch_errors(argv, fragment):
+    with pytest.raises(LaunchError, match=fragment):
+        parse_args(argv)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["-np", "0", "python"], "positive integer"),
+    (["-np", "two", "python"], "positive integer"),
+    (["-np", "2", "-H", "a:x", "python"], "bad slot count"),
+    (["-np", "2", "--mpiexec", "/nonexistent/mpiexec", "python"], "not found"),
+])
+def test_cli_errors_exit_nonzero_with_a_message(argv, fragment):
+    out = run(argv, timeout=60)
+    assert out.returncode != 0
+    if fragment:
+        assert fragment in out.stderr
+
+
+def test_end_to_end_two_ranks(tmp_path):
+    code = ("import hvlite as hvd, numpy as np, pathlib; hvd.init(); s = hvd._current().settings; "
+            f"pathlib.Path({str(tmp_path)!r}, str(hvd.rank())).write_text("
+            "repr((hvd.allreduce(np.ones(2), op=hvd.Sum).tolist(), s.fusion_threshold, s.cycle_time_ms)))")
+    out = run(["-np", "2", "--fusion-threshold-mb", "8", "--cycle-time-ms", "3", sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
+    for r in range(2):      # each rank's view, written to a file (rank output interleaves)
+        assert (tmp_path / str(r)).read_text() == repr(([2.0, 2.0], 8 << 20, 3.0))
+
+
+def test_exit_status_of_the_job():
+    out = run(["-np", "2", sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert out.returncode == 3
+
+
+def test_sigterm_is_forwarded_to_the_job(tmp_path):
+    marker = tmp_path / "started"
+    code = (f"import time, pathlib; pathlib.Path({str(marker)!r} + str(__import__('os').getpid())).touch(); "
+            "time.sleep(60)")
+    proc = subprocess.Popen(HVLITERUN + ["-np", "2", sys.executable, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("started*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0 and time.monotonic() - t0 < 20
+
+
+def test_check_build():
+    out = run(["--check-build"], timeout=60)
+    assert out.returncode == 0, out.stderr
+    for fragment in ("hvlite v", "MPI library", "thread level", "ring", "rhd", "auto crossovers",
+                     "16 ranks, 4 nodes", "hierarchical"):
+        assert fragment in out.stdout
