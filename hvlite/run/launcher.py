@@ -136,32 +136,29 @@ def mpi_flavor(mpiexec):
     return "unknown"
 
 
+# option -> (environment variable, how its value is written); options left unset pass nothing
+_SETTINGS = {
+    "timeline_filename": ("HVLITE_TIMELINE", str),
+    "timeline_mark_cycles": ("HVLITE_TIMELINE_MARK_CYCLES", lambda v: "1"),
+    "fusion_threshold_mb": ("HVLITE_FUSION_THRESHOLD", lambda v: str(int(v * (1 << 20)))),
+    "cycle_time_ms": ("HVLITE_CYCLE_TIME", str),
+    "cache_capacity": ("HVLITE_CACHE_CAPACITY", str),
+    "algorithm": ("HVLITE_ALLREDUCE_ALGORITHM", str),
+    "autotune": ("HVLITE_AUTOTUNE", lambda v: "1"),
+    "autotune_log_file": ("HVLITE_AUTOTUNE_LOG", str),
+    "stall_check_seconds": ("HVLITE_STALL_CHECK_TIME_SECONDS", str),
+    "stall_shutdown_seconds": ("HVLITE_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "mpi_thread_level": ("HVLITE_MPI_THREAD_LEVEL", str),
+    "verbose": ("HVLITE_LOG_LEVEL", lambda v: "debug"),
+}
+
+
 def settings_env(args):
     env = {}
-    if args.timeline_filename:
-        env["HVLITE_TIMELINE"] = args.timeline_filename
-    if args.timeline_mark_cycles:
-        env["HVLITE_TIMELINE_MARK_CYCLES"] = "1"
-    if args.fusion_threshold_mb is not None:
-        env["HVLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    if args.cycle_time_ms is not None:
-        env["HVLITE_CYCLE_TIME"] = str(args.cycle_time_ms)
-    if args.cache_capacity is not None:
-        env["HVLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
-    if args.algorithm:
-        env["HVLITE_ALLREDUCE_ALGORITHM"] = args.algorithm
-    if args.autotune:
-        env["HVLITE_AUTOTUNE"] = "1"
-    if args.autotune_log_file:
-        env["HVLITE_AUTOTUNE_LOG"] = args.autotune_log_file
-    if args.stall_check_seconds is not None:
-        env["HVLITE_STALL_CHECK_TIME_SECONDS"] = str(args.stall_check_seconds)
-    if args.stall_shutdown_seconds is not None:
-        env["HVLITE_STALL_SHUTDOWN_TIME_SECONDS"] = str(args.stall_shutdown_seconds)
-    if args.mpi_thread_level:
-        env["HVLITE_MPI_THREAD_LEVEL"] = args.mpi_thread_level
-    if args.verbose:
-        env["HVLITE_LOG_LEVEL"] = "debug"
+    for option, (var, write) in _SETTINGS.items():
+        value = getattr(args, option)
+        if value is not None and value is not False:
+            env[var] = write(value)
     return env
 
 
