@@ -35,14 +35,18 @@ endif
 # into it (an isolated build would point into a temporary directory that is gone afterwards).
 $(STAMP): $(SOURCES) $(VENV)/.mpi
 	$(PIP) install -q "cython>=3.0" "numpy>=1.24"
-	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[test,plot]"
+	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[test,plot,examples]"
 	touch $@
 
 test: install
 	$(PY) -m pytest tests -q
 
+# The main job: data-parallel training on 2 ranks with the timeline on, then the timeline's
+# summary (how much communication hid behind compute) and its picture.
 demo: install
-	$(MPIEXEC) -n $(NP) $(PY) examples/allreduce_demo.py
+	$(MPIEXEC) -n $(NP) $(PY) examples/train_digits.py --timeline demo_trace.json
+	$(VENV)/bin/hvlite-timeline summary demo_trace.json --top 8
+	$(VENV)/bin/hvlite-timeline plot demo_trace.json -o demo_timeline.png
 
 bench: install
 	$(MPIEXEC) -n $(NP) $(PY) scripts/bench_allreduce.py --csv bench_allreduce.csv --png bench_allreduce.png

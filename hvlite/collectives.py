@@ -48,11 +48,12 @@ class Handle:
     """An in-flight collective. `poll()` says whether it finished; `synchronize()` waits and
     returns its result (or raises what went wrong, on every rank involved)."""
 
-    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "__weakref__")
+    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "_keep", "__weakref__")
 
-    def __init__(self, pending, finish, name):
+    def __init__(self, pending, finish, name, keep):
         self._pending, self._finish, self.name = pending, finish, name
         self._done = False
+        self._keep = keep          # the buffers the coordinator reads and writes, kept alive
 
     def poll(self):
         return self._done or self._pending.poll()
@@ -71,7 +72,7 @@ class Handle:
             self._result = None
             raise _error(p.error_kind, p.error)
         self._result = self._finish(p)
-        self._pending = None
+        self._pending = self._keep = None
         return self._result
 
 
@@ -157,8 +158,7 @@ def _submit(rt, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=No
     p = rt.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
     if isinstance(p, tuple):
         raise _error(*p)
-    h = Handle(p, finish, name)
-    h._result = (x, out)           # keep the buffers alive until the coordinator is done
+    h = Handle(p, finish, name, (x, out))
     rt.outstanding.add(h)
     return h
 
