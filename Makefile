@@ -33,8 +33,9 @@ endif
 
 # Built without build isolation: the extensions link against the venv's MPI and keep a RUNPATH
 # into it (an isolated build would point into a temporary directory that is gone afterwards).
+# torch is optional; it is pinned because an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): $(SOURCES) $(VENV)/.mpi
-	$(PIP) install -q "cython>=3.0" "numpy>=1.24"
+	$(PIP) install -q "cython>=3.0" "numpy>=1.24" "torch==2.13.0"
 	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[test,plot,examples]"
 	touch $@
 
