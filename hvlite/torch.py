@@ -25,15 +25,17 @@ def _view(t):
 
 
 class _TorchHandle:
-    def __init__(self, handle, out):
-        self.handle, self.out = handle, out
+    """An hvlite handle whose result is a tensor: `out`, or `convert` applied to the result."""
+
+    def __init__(self, handle, out=None, convert=None):
+        self.handle, self.out, self.convert = handle, out, convert
 
     def poll(self):
         return self.handle.poll()
 
     def synchronize(self):
-        self.handle.synchronize()
-        return self.out
+        result = self.handle.synchronize()
+        return self.convert(result) if self.convert else self.out
 
 
 def allreduce_async_(tensor, op=Average, name=None):
@@ -53,17 +55,30 @@ def allreduce_(tensor, op=Average, name=None):
     return allreduce_async_(tensor, op, name).synchronize()
 
 
+def allgather_async(tensor, name=None):
+    bf16 = tensor.dtype == torch.bfloat16
+    convert = (lambda a: torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)) if bf16 else torch.from_numpy
+    return _TorchHandle(_hv.allgather_async(_view(tensor.detach().contiguous()), name=name), convert=convert)
+
+
 def allgather(tensor, name=None):
-    return torch.from_numpy(np.ascontiguousarray(_hv.allgather(_view(tensor.detach().contiguous()), name=name)))
+    return allgather_async(tensor, name).synchronize()
+
+
+def broadcast_async_(tensor, root_rank, name=None):
+    return _TorchHandle(_hv.broadcast_async_(_view(tensor.detach()), root_rank, name=name), tensor)
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    return broadcast_async_(tensor.detach().clone().contiguous(), root_rank, name)
 
 
 def broadcast_(tensor, root_rank, name=None):
-    _hv.broadcast_(_view(tensor.detach()), root_rank, name=name)
-    return tensor
+    return broadcast_async_(tensor, root_rank, name).synchronize()
 
 
 def broadcast(tensor, root_rank, name=None):
-    return broadcast_(tensor.detach().clone().contiguous(), root_rank, name)
+    return broadcast_async(tensor, root_rank, name).synchronize()
 
 
 def synchronize(handle):

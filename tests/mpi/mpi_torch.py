@@ -19,9 +19,15 @@ def test_collectives_on_tensors():
     b = hvd.broadcast(torch.arange(4.0) + RANK, root_rank=0)
     u = torch.ones(2, dtype=torch.bfloat16) * (RANK + 1)
     hvd.allreduce_(u, op=hvd.Sum)
-    ok = (torch.all(s == N * (N - 1) / 2) and g.shape == (N * (N + 1) // 2, 2) and
+    h1 = hvd.allgather_async(torch.ones(1, dtype=torch.bfloat16) * RANK)
+    h2 = hvd.broadcast_async(torch.full((2,), float(RANK)), root_rank=N - 1)
+    h3 = hvd.allreduce_async(torch.ones(3), op=hvd.Sum)
+    ag, bc, ar = h1.synchronize(), h2.synchronize(), h3.synchronize()
+    ok_async = (ag.dtype == torch.bfloat16 and ag.tolist() == [float(r) for r in range(N)] and
+                bc.tolist() == [N - 1.0] * 2 and ar.tolist() == [float(N)] * 3)
+    ok = ok_async and (torch.all(s == N * (N - 1) / 2) and g.shape == (N * (N + 1) // 2, 2) and
           torch.equal(b, torch.arange(4.0)) and torch.all(t == RANK) and torch.all(u == N * (N + 1) / 2))
-    assert_everywhere([] if ok else [f"{s} {g.shape} {b} {u}"])
+    assert_everywhere([] if ok else [f"{s} {g.shape} {b} {u} / async {ag} {bc} {ar}"])
 
 
 def test_distributed_optimizer_matches_numpy_path():
