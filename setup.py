@@ -39,7 +39,7 @@ os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldsh
 
 MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "mpiref", "select",
            "dispatch", "engine", "probe"]
-CXX_MODULES = ["operations", "cache", "negotiate", "fusion", "trace", "coordinator"]   # C++: std containers, no GIL
+CXX_MODULES = ["operations", "cache", "negotiate", "fusion", "trace", "autotune", "handles", "coordinator"]   # C++: std containers, no GIL
 ext = [
     Extension(
         f"hvlite._core.{m}",

@@ -23,7 +23,6 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libcpp.unordered_set cimport unordered_set
-from cpython.buffer cimport PyBuffer_FillInfo
 cimport numpy as cnp
 from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
@@ -35,6 +34,8 @@ from hvlite._core.negotiate cimport *
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.operations cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
+from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
+from hvlite._core.handles cimport make_pending
 
 cnp.import_array()
 
@@ -46,36 +47,6 @@ cdef enum:
     FLAG_NO_TUNE = 16        # rank 0 clears it to publish a new autotune setting
     SLOW_FLAGS = 1 | 2 | 4 | 16
 
-cdef extern from "stdio.h" nogil:
-    ctypedef struct FILE
-    FILE* fopen(const char*, const char*)
-    int fclose(FILE*)
-    int fprintf(FILE*, const char*, ...)
-    int fflush(FILE*)
-
-
-# Autotune (rank 0 decides, every rank applies): a grid of (fusion threshold, cycle time)
-# trials, each scored by bytes all-reduced per second of wall time over a window of rounds;
-# then the best three are measured again and the best mean wins (single windows are noisy).
-cdef cppclass Tuner:
-    bint on
-    bint frozen
-    bint publish           # rank 0: a new setting goes out with the next round
-    vector[size_t] thresholds
-    vector[double] cycles
-    int trial              # index into the grid; -1 while warming up
-    int warmup_rounds
-    int window_rounds
-    double window_seconds
-    int rounds
-    double bytes
-    double t0
-    vector[double] scores       # one per grid point (first pass)
-    vector[int] finalists       # second pass: the best few, measured again
-    int final_pos               # position in finalists during the second pass; -1 before it
-    vector[double] rescores
-    int best
-    FILE* log
 
 
 cdef extern from "<algorithm>" namespace "std" nogil:
@@ -84,104 +55,6 @@ cdef extern from "<algorithm>" namespace "std" nogil:
 
 cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
     return a.submitted < b.submitted
-
-
-cdef bint _contains(vector[int]& v, int x) noexcept nogil:
-    return _index(v, x) >= 0
-
-
-cdef int _index(vector[int]& v, int x) noexcept nogil:
-    cdef int i
-    for i in range(<int>v.size()):
-        if v[i] == x:
-            return i
-    return -1
-
-
-cdef class OwnedBuffer:
-    """Bytes the coordinator malloc'd (allgather, alltoall results), freed with this object."""
-    cdef char* ptr
-    cdef Py_ssize_t size
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        PyBuffer_FillInfo(view, self, self.ptr, self.size, 0, flags)
-
-    def __dealloc__(self):
-        free(self.ptr)
-
-
-cdef class Pending:
-    """The Python side's hold on one submitted Request."""
-    cdef Request* req
-    cdef Coordinator coord
-
-    def poll(self):
-        return hv_load(&self.req.status) != ST_PENDING
-
-    def wait(self):
-        """Block (without the GIL) until the coordinator completes the request."""
-        cdef Request* req = self.req
-        cdef Coordinator c = self.coord
-        cdef int i
-        with nogil:
-            for i in range(200):
-                if hv_load(&req.status) != ST_PENDING:
-                    break
-                if i > 20:
-                    hv_yield()
-            if hv_load(&req.status) == ST_PENDING:
-                hv_lock(&c.dmon)
-                while hv_load(&req.status) == ST_PENDING:
-                    hv_wait(&c.dmon, 0.5)
-                hv_unlock(&c.dmon)
-
-    @property
-    def status(self):
-        return hv_load(&self.req.status)
-
-    @property
-    def error_kind(self):
-        return self.req.error_kind
-
-    @property
-    def error(self):
-        return self.req.error.decode("utf-8", "replace")
-
-    @property
-    def algorithm_used(self):
-        return self.req.algorithm_used
-
-    @property
-    def value(self):
-        return self.req.value
-
-    @property
-    def result_splits(self):
-        return [self.req.result_splits[i] for i in range(self.req.result_splits.size())]
-
-    def take_result(self):
-        """The coordinator-allocated result as a buffer object (ownership moves to it)."""
-        cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
-        b.ptr = self.req.result
-        b.size = <Py_ssize_t>(self.req.result_rows)
-        self.req.result = NULL
-        return b
-
-    @property
-    def result_rows(self):
-        return self.req.result_rows
-
-    def __dealloc__(self):
-        if self.req == NULL:
-            return
-        hv_lock(&self.coord.dmon)
-        if hv_load(&self.req.status) == ST_PENDING:
-            self.req.orphan = True          # the coordinator frees it when it completes
-            hv_unlock(&self.coord.dmon)
-            return
-        hv_unlock(&self.coord.dmon)
-        free(self.req.result)
-        del self.req
 
 
 cdef class Coordinator:
@@ -219,8 +92,7 @@ cdef class Coordinator:
         self.fusion.buf = NULL
         self.fusion.cap = 0
         rec_init(&self.rec)
-        self.tune.on = False
-        self.tune.log = NULL
+        tune_init(&self.tune)
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
@@ -281,10 +153,7 @@ cdef class Coordinator:
                 return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        cdef Pending p = Pending.__new__(Pending)
-        p.req = req
-        p.coord = self
-        return p
+        return make_pending(req, &self.dmon, self)
 
     def stop(self):
         hv_lock(&self.qmon)
@@ -319,32 +188,15 @@ cdef class Coordinator:
                  window_seconds=0.5, log_path=None):
         """Start tuning the fusion threshold and cycle time. Call it on every rank with the same
         arguments, between steps; rank 0 runs the trials and every rank applies its choices."""
-        hv_lock(&self.qmon)
-        self.tune.thresholds.clear()
-        self.tune.cycles.clear()
+        cdef vector[size_t] ts
+        cdef vector[double] cs
         for t in thresholds:
             for c in cycles_ms:
-                self.tune.thresholds.push_back(t)
-                self.tune.cycles.push_back(c / 1000.0)
-        self.tune.trial = -1
-        self.tune.warmup_rounds = warmup_rounds
-        self.tune.window_rounds = window_rounds
-        self.tune.window_seconds = window_seconds
-        self.tune.rounds = 0
-        self.tune.bytes = 0
-        self.tune.scores.clear()
-        self.tune.finalists.clear()
-        self.tune.rescores.clear()
-        self.tune.final_pos = -1
-        self.tune.frozen = False
-        self.tune.publish = False
-        self.tune.best = -1
-        if log_path and self.ctx.rank == 0:
-            self.tune.log = fopen(log_path.encode(), b"w")
-            if self.tune.log != NULL:
-                fprintf(self.tune.log, "trial,fusion_threshold_bytes,cycle_time_ms,rounds,bytes,seconds,GB_per_s,chosen\n")
-                fflush(self.tune.log)
-        self.tune.on = True
+                ts.push_back(t)
+                cs.push_back(c / 1000.0)
+        cdef string path = (log_path or "").encode() if self.ctx.rank == 0 else b""
+        hv_lock(&self.qmon)
+        tune_start(&self.tune, ts, cs, warmup_rounds, window_rounds, window_seconds, path)
         hv_unlock(&self.qmon)
 
     def autotune_state(self):
@@ -353,75 +205,13 @@ cdef class Coordinator:
                 "trials": <int>self.tune.thresholds.size(),
                 "fusion_threshold": self.fusion.threshold, "cycle_time_ms": self.cycle_time * 1e3}
 
-    cdef void _tune_round(self, double nbytes) noexcept nogil:
-        """Rank 0, after each round: account it, and move to the next trial when a window ends."""
-        cdef Tuner* t = &self.tune
-        cdef double now = hv_now(), secs, score
-        cdef int i, k, best
-        if not t.on or t.frozen or self.ctx.rank != 0 or t.publish:
-            return
-        t.rounds += 1
-        t.bytes += nbytes
-        if t.trial < 0:
-            if t.rounds >= t.warmup_rounds:
-                t.trial = 0
-                t.publish = True
-            return
-        secs = now - t.t0
-        if t.rounds < t.window_rounds or secs < t.window_seconds:
-            return
-        score = t.bytes / secs
-        if t.log != NULL:
-            fprintf(t.log, "%d,%zu,%.3f,%d,%.0f,%.6f,%.4f,0\n", t.trial, t.thresholds[t.trial],
-                    t.cycles[t.trial] * 1e3, t.rounds, t.bytes, secs, score / 1e9)
-            fflush(t.log)
-        if t.final_pos < 0:
-            t.scores.push_back(score)
-            t.trial += 1
-            if t.trial < <int>t.thresholds.size():
-                t.publish = True
-                return
-            # second pass: the three best of the first, measured again
-            for k in range(3 if t.scores.size() >= 3 else <int>t.scores.size()):
-                best = -1
-                for i in range(<int>t.scores.size()):
-                    if (best < 0 or t.scores[i] > t.scores[best]) and not _contains(t.finalists, i):
-                        best = i
-                t.finalists.push_back(best)
-            t.final_pos = 0
-            t.trial = t.finalists[0]
-            t.publish = True
-            return
-        t.rescores.push_back(score)
-        t.final_pos += 1
-        if t.final_pos < <int>t.finalists.size():
-            t.trial = t.finalists[t.final_pos]
-            t.publish = True
-            return
-        t.best = t.finalists[0]
-        for k in range(<int>t.finalists.size()):
-            i = t.finalists[k]
-            if (t.scores[i] + t.rescores[k]) > (t.scores[t.best] + t.rescores[_index(t.finalists, t.best)]):
-                t.best = i
-        t.trial = t.best
-        t.frozen = True
-        if t.log != NULL:
-            fprintf(t.log, "%d,%zu,%.3f,0,0,0,%.4f,1\n", t.best, t.thresholds[t.best],
-                    t.cycles[t.best] * 1e3,
-                    (t.scores[t.best] + t.rescores[_index(t.finalists, t.best)]) / 2e9)
-            fclose(t.log)
-            t.log = NULL
-        t.publish = True
-
     cdef void _tune_apply(self, int64_t threshold, int64_t cycle_ns) noexcept nogil:
         """Every rank, at the same round: the setting rank 0 published takes effect."""
         hv_lock(&self.qmon)
         self.fusion.threshold = <size_t>threshold
         self.cycle_time = cycle_ns * 1e-9
         hv_unlock(&self.qmon)
-        self.tune.rounds = 0
-        self.tune.bytes = 0
-        self.tune.t0 = hv_now()
+        tune_window_reset(&self.tune)
 
     def cache_slots(self):
         """{name: slot} of the response cache (read it while no collective is in flight)."""
@@ -583,7 +373,7 @@ cdef class Coordinator:
                 for k in range(items.size()):
                     if items[k].meta.collective == C_ALLREDUCE:
                         nbytes += item_count(items[k].meta) * dtype_size(items[k].meta.dtype)
-                self._tune_round(nbytes)
+                tune_round(&self.tune, nbytes)
         if finish:
             self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
             return 1
@@ -729,13 +519,8 @@ cdef class Coordinator:
     cdef void _execute(self, vector[Item]& items, long contributors) noexcept nogil:
         cdef Item* it
         cdef Request* req
-        cdef size_t es, row_bytes, k
-        cdef int err
-        cdef int64_t rows
-        cdef vector[int64_t] splits
-        cdef char* tmp
-        cdef int c, d
-        cdef int64_t s
+        cdef size_t es, k
+        cdef int err, c
         run_allreduces(&self.ctx, &self.fusion, items, contributors)
         for k in range(items.size()):
             it = &items[k]
@@ -745,45 +530,8 @@ cdef class Coordinator:
             if c != C_ALLREDUCE:
                 it.start = it.packed = hv_now()
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
-            row_bytes = es
-            for d in range(1, <int>it.meta.shape.size()):
-                row_bytes *= <size_t>it.meta.shape[d]
-            # allgather and alltoall: the first dimension is this rank's own, not the response's
-            if c == C_ALLGATHER:
-                if req != NULL:
-                    err = run_allgather(self.ctx.comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
-                                        row_bytes, &req.result, &req.result_rows)
-                    req.result_rows *= <int64_t>row_bytes
-                else:
-                    tmp = NULL
-                    err = run_allgather(self.ctx.comm, NULL, 0, row_bytes, &tmp, &rows)
-                    free(tmp)
-            elif c == C_BROADCAST:
-                if req != NULL:
-                    if self.ctx.rank == it.meta.root and req.output != req.input:
-                        memcpy(req.output, req.input, item_count(it.meta) * es)
-                    err = run_broadcast(self.ctx.comm, req.output, item_count(it.meta) * es, it.meta.root)
-                else:
-                    tmp = <char*>malloc(item_count(it.meta) * es + 1)
-                    err = run_broadcast(self.ctx.comm, tmp, item_count(it.meta) * es, it.meta.root)
-                    free(tmp)
-            elif c == C_ALLTOALL and req != NULL:
-                splits = req.splits
-                if splits.empty():
-                    rows = req.meta.shape[0] if req.meta.shape.size() else 1
-                    splits.assign(self.ctx.size, rows // self.ctx.size)
-                err = run_alltoall(self.ctx.comm, req.input, splits, row_bytes, &req.result,
-                                   &req.result_splits)
-                rows = 0
-                for s in req.result_splits:
-                    rows += s
-                req.result_rows = rows * <int64_t>row_bytes
-            elif c == C_REDUCESCATTER and req != NULL:
-                err = run_reducescatter(self.ctx.comm, req.input, req.output,
-                                        it.meta.shape[0] if it.meta.shape.size() else 1,
-                                        row_bytes // es, it.meta.dtype, it.meta.op)
-            elif c == C_JOIN and req != NULL:
-                req.value = it.value
+            if c != C_ALLREDUCE:
+                err = run_item(self.ctx.comm, it)
             if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
             if req == NULL:

@@ -10,3 +10,6 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
 cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64_t rows,
                            size_t row_elems, int dtype, int op) noexcept nogil
 cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil
+
+from hvlite._core.fusion cimport Item
+cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil

@@ -13,6 +13,8 @@ from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport OP_AVERAGE, OP_SUM, divide_by
 from hvlite._core.mpiref cimport ensure_half_ops, mpi_type, mpi_op
+from hvlite._core.request cimport *
+from hvlite._core.fusion cimport Item, item_count
 
 cdef enum:
     HV_ERR_COUNT = -3
@@ -119,4 +121,58 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
     err = MPI_Reduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype), mpi_op(dtype, kop), comm)
     if err == 0 and op == OP_AVERAGE:
         divide_by(output, <size_t>counts[r], dtype, n)
+    return err
+
+
+cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil:
+    """One ready collective other than all-reduce; on a rank that has joined (no request) it
+    still takes its part (zero rows to allgather, a throwaway buffer for broadcast)."""
+    cdef Request* req = it.req
+    cdef int c = it.meta.collective, d, err = 0, rank = 0, size = 0
+    cdef size_t es, row_bytes
+    cdef int64_t rows, s
+    cdef vector[int64_t] splits
+    cdef char* tmp
+    MPI_Comm_rank(comm, &rank)
+    MPI_Comm_size(comm, &size)
+    es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
+    row_bytes = es
+    for d in range(1, <int>it.meta.shape.size()):
+        row_bytes *= <size_t>it.meta.shape[d]
+    # allgather and alltoall: the first dimension is this rank's own, not the response's
+    if c == C_ALLGATHER:
+        if req != NULL:
+            err = run_allgather(comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
+                                row_bytes, &req.result, &req.result_rows)
+            req.result_rows *= <int64_t>row_bytes
+        else:
+            tmp = NULL
+            err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
+            free(tmp)
+    elif c == C_BROADCAST:
+        if req != NULL:
+            if rank == it.meta.root and req.output != req.input:
+                memcpy(req.output, req.input, item_count(it.meta) * es)
+            err = run_broadcast(comm, req.output, item_count(it.meta) * es, it.meta.root)
+        else:
+            tmp = <char*>malloc(item_count(it.meta) * es + 1)
+            err = run_broadcast(comm, tmp, item_count(it.meta) * es, it.meta.root)
+            free(tmp)
+    elif c == C_ALLTOALL and req != NULL:
+        splits = req.splits
+        if splits.empty():
+            rows = req.meta.shape[0] if req.meta.shape.size() else 1
+            splits.assign(size, rows // size)
+        err = run_alltoall(comm, req.input, splits, row_bytes, &req.result,
+                           &req.result_splits)
+        rows = 0
+        for s in req.result_splits:
+            rows += s
+        req.result_rows = rows * <int64_t>row_bytes
+    elif c == C_REDUCESCATTER and req != NULL:
+        err = run_reducescatter(comm, req.input, req.output,
+                                it.meta.shape[0] if it.meta.shape.size() else 1,
+                                row_bytes // es, it.meta.dtype, it.meta.op)
+    elif c == C_JOIN and req != NULL:
+        req.value = it.value
     return err

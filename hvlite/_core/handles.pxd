@@ -1,0 +1,12 @@
+from hvlite._core.request cimport Request, hv_monitor
+
+cdef class OwnedBuffer:
+    cdef char* ptr
+    cdef Py_ssize_t size
+
+cdef class Pending:
+    cdef Request* req
+    cdef hv_monitor* mon       # the coordinator's completion monitor
+    cdef object owner          # keeps the coordinator (and so the monitor) alive
+
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner)

@@ -1,0 +1,96 @@
+"""What the Python side holds while the coordinator works: a Pending per submitted request
+(poll, wait without the GIL, results), and OwnedBuffer for results the coordinator allocated."""
+# distutils: language = c++
+from libc.stdlib cimport free
+from cpython.buffer cimport PyBuffer_FillInfo
+from hvlite._core.request cimport *
+
+
+cdef class OwnedBuffer:
+    """Bytes the coordinator malloc'd (allgather, alltoall results), freed with this object."""
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.ptr, self.size, 0, flags)
+
+    def __dealloc__(self):
+        free(self.ptr)
+
+
+cdef class Pending:
+    """The Python side's hold on one submitted Request."""
+
+    def poll(self):
+        return hv_load(&self.req.status) != ST_PENDING
+
+    def wait(self):
+        """Block (without the GIL) until the coordinator completes the request."""
+        cdef Request* req = self.req
+        cdef hv_monitor* mon = self.mon
+        cdef int i
+        with nogil:
+            for i in range(200):
+                if hv_load(&req.status) != ST_PENDING:
+                    break
+                if i > 20:
+                    hv_yield()
+            if hv_load(&req.status) == ST_PENDING:
+                hv_lock(mon)
+                while hv_load(&req.status) == ST_PENDING:
+                    hv_wait(mon, 0.5)
+                hv_unlock(mon)
+
+    @property
+    def status(self):
+        return hv_load(&self.req.status)
+
+    @property
+    def error_kind(self):
+        return self.req.error_kind
+
+    @property
+    def error(self):
+        return self.req.error.decode("utf-8", "replace")
+
+    @property
+    def algorithm_used(self):
+        return self.req.algorithm_used
+
+    @property
+    def value(self):
+        return self.req.value
+
+    @property
+    def result_splits(self):
+        return [self.req.result_splits[i] for i in range(self.req.result_splits.size())]
+
+    def take_result(self):
+        """The coordinator-allocated result as a buffer object (ownership moves to it)."""
+        cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)
+        b.ptr = self.req.result
+        b.size = <Py_ssize_t>(self.req.result_rows)
+        self.req.result = NULL
+        return b
+
+    @property
+    def result_rows(self):
+        return self.req.result_rows
+
+    def __dealloc__(self):
+        if self.req == NULL:
+            return
+        hv_lock(self.mon)
+        if hv_load(&self.req.status) == ST_PENDING:
+            self.req.orphan = True          # the coordinator frees it when it completes
+            hv_unlock(self.mon)
+            return
+        hv_unlock(self.mon)
+        free(self.req.result)
+        del self.req
+
+
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner):
+    cdef Pending p = Pending.__new__(Pending)
+    p.req = req
+    p.mon = mon
+    p.owner = owner
+    return p
