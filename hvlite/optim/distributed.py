@@ -27,6 +27,7 @@ class DistributedOptimizer:
         self._acc = {}             # name -> locally summed gradient
         self._count = {}           # name -> micro-batches accumulated
         self._handles = {}         # name -> in-flight allreduce
+        self._rejected = set()     # names whose gradient had the wrong shape this step
         self._passes = 0
 
     def grad_ready(self, name, grad):
@@ -38,6 +39,10 @@ class DistributedOptimizer:
             raise ValueError(f"grad_ready: {name!r} already reported this step")
         g = np.asarray(grad)
         if g.shape != self.params[name].shape:
+            # Still submit it: the other ranks' gradients of this name then fail too (the
+            # coordinator names every rank's shape) instead of waiting for this one.
+            self._handles[name] = self._launch(name, g.astype(self.params[name].dtype))
+            self._rejected.add(name)
             raise ValueError(f"grad_ready: {name!r} has shape {g.shape}, parameter has "
                              f"{self.params[name].shape}")
         acc = self._acc.get(name)
@@ -70,6 +75,9 @@ class DistributedOptimizer:
                 raise RuntimeError("step(): gradients were launched before the accumulation ended")
             return False
         grads = self.synchronize()
+        if self._rejected:
+            bad, self._rejected = sorted(self._rejected), set()
+            raise ValueError(f"step(): no update, the gradients of {bad} had the wrong shape")
         missing = sorted(set(self._acc) | set(self._count))
         if missing:
             raise RuntimeError(f"step(): gradients of {missing} were reported fewer than "

@@ -111,5 +111,30 @@ def test_bad_reports_are_named():
     opt = DistributedOptimizer(SGD(0.1), init_params())
     with pytest.raises(KeyError, match="nope"):
         opt.grad_ready("nope", np.zeros(3))
-    with pytest.raises(ValueError, match="shape"):
-        opt.grad_ready("b", np.zeros(4))
+
+
+def test_a_wrong_shape_on_one_rank_fails_every_rank():
+    """The culprit's grad_ready raises ValueError at once; every rank's step() then fails with a
+    MismatchError naming the shapes, instead of the others waiting for it."""
+    opt = DistributedOptimizer(SGD(0.1), init_params(), prefix="bad.")
+    culprit = N - 1
+    failures = []
+    try:
+        opt.grad_ready("b", np.zeros(4 if RANK == culprit else 3))
+        if RANK == culprit:
+            failures.append("no ValueError on the culprit")
+    except ValueError as e:
+        if RANK != culprit or "shape" not in str(e):
+            failures.append(f"ValueError {e}")
+    opt.grad_ready("w", np.zeros((5, 3)))            # the backward pass goes on
+    try:
+        opt.step()
+        if N > 1:
+            failures.append("step() succeeded")
+    except hvd.MismatchError as e:
+        if "bad.b" not in str(e) or "(4,)" not in str(e) or "(3,)" not in str(e):
+            failures.append(f"MismatchError {e}")
+    except ValueError as e:                          # one rank: nobody to disagree with
+        if N > 1 or "wrong shape" not in str(e):
+            failures.append(f"ValueError at step {e}")
+    assert_everywhere(failures)
