@@ -26,7 +26,7 @@ def main():
     batch, per_rank = 64, 64 // hvd.size()
     rng = np.random.default_rng(0)
     x, y = torch.from_numpy(xtr), torch.from_numpy(ytr)
-    for epoch in range(20):
+    for _epoch in range(20):
         order = rng.permutation(len(xtr))
         for s in range(len(xtr) // batch):
             idx = order[s * batch:(s + 1) * batch][hvd.rank() * per_rank:(hvd.rank() + 1) * per_rank]

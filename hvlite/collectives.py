@@ -32,7 +32,7 @@ _KIND = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
 _E_MISMATCH, _E_SHUTDOWN, _E_STALL, _E_MPI, _E_INVALID = 1, 2, 3, 4, 5
 
 
-def _error(kind, message):
+def _error(kind, message, code=-1):
     if kind == _E_MISMATCH:
         return MismatchError(message)
     if kind == _E_SHUTDOWN:
@@ -40,7 +40,7 @@ def _error(kind, message):
     if kind == _E_STALL:
         return StallError(message)
     if kind == _E_MPI:
-        return MPIError(-1, message)
+        return MPIError(code, message)
     return InvalidArgumentError(message)
 
 
@@ -70,7 +70,7 @@ class Handle:
         self._done = True
         if p.status != 1:
             self._result = None
-            raise _error(p.error_kind, p.error)
+            raise _error(p.error_kind, p.error, p.error_code)
         self._result = self._finish(p)
         self._pending = self._keep = None
         return self._result

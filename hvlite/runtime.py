@@ -8,7 +8,7 @@ import threading
 import weakref
 
 from hvlite import config as _config
-from hvlite.errors import ConfigError, NotInitializedError
+from hvlite.errors import NotInitializedError
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}

@@ -11,7 +11,6 @@ Bus bandwidth = 2(N-1)/N * bytes / time.
 """
 import argparse
 import csv
-import os
 import sys
 import time
 

@@ -117,7 +117,7 @@ def main():
     for nbytes in (4 << 10, 64 << 10):
         x = np.zeros(nbytes // 4, np.float32)
         hv, mp = [], []
-        for i in range(300):
+        for _ in range(300):
             comm.Barrier()
             t0 = time.perf_counter()
             hvd.allreduce_(x, op=hvd.Sum, name="lat")

@@ -48,6 +48,10 @@ cdef class Pending:
         return self.req.error_kind
 
     @property
+    def error_code(self):
+        return self.req.error_code
+
+    @property
     def error(self):
         return self.req.error.decode("utf-8", "replace")
 

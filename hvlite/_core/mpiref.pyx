@@ -7,7 +7,6 @@ kernels. Counts above INT_MAX go in pieces.
 from libc.stdint cimport uint16_t
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport *
-from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport *
 
 cdef enum:

@@ -13,7 +13,7 @@ gradients are summed locally over k micro-batches and averaged across ranks once
 import numpy as np
 
 from hvlite import collectives, timeline
-from hvlite.ops import Average, Sum
+from hvlite.ops import Average
 
 
 class DistributedOptimizer:
@@ -132,5 +132,4 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     optimizer.load_state_dict(state)
 
 
-__all__ = ["DistributedOptimizer", "LocalSGD", "broadcast_parameters", "broadcast_optimizer_state",
-           "Sum", "Average"]
+__all__ = ["DistributedOptimizer", "LocalSGD", "broadcast_parameters", "broadcast_optimizer_state"]

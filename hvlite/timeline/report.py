@@ -107,7 +107,6 @@ def tensors(events):
 def per_op(events):
     """{op: (count, µs during which some tensor of that op was communicating, per rank summed)}.
     Fused tensors share one interval, so unions (not sums) give the time."""
-    names = {}
     kinds = {}
     for e in events:
         if e.get("ph") == "X" and "tensor" in e.get("args", {}) and not e["name"].startswith("NEGOTIATE_"):

@@ -5,7 +5,6 @@ Runs under several HVLITE_FUSION_THRESHOLD / HVLITE_CACHE_CAPACITY settings (see
 tests/test_coordinator.py); rank 0 prints a digest of every result so runs can be compared.
 """
 import hashlib
-import os
 import time
 
 import numpy as np
