@@ -37,7 +37,7 @@ os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx"
 ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
-MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "mpiref", "select",
+MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpiref", "select",
            "dispatch", "engine", "probe"]
 CXX_MODULES = ["operations", "cache", "negotiate", "fusion", "trace", "autotune", "handles", "coordinator"]   # C++: std containers, no GIL
 ext = [
@@ -48,6 +48,7 @@ ext = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-fwrapv", "-fno-strict-aliasing", "-Wno-unused-function"],
         language="c++" if m in CXX_MODULES else "c",
+        libraries=["rt"] if m == "shm" else [],     # shm_open lives in librt before glibc 2.34
     )
     for m in MODULES + CXX_MODULES
 ]

@@ -125,6 +125,10 @@ def _algorithm_code(algorithm, rt):
     if code is None or name not in ALGORITHMS:
         raise InvalidArgumentError(
             f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
+    if name == "shm":
+        info = rt.engine.shm_info()      # agreed by every rank at init, so all raise alike
+        if not info["available"]:
+            raise InvalidArgumentError(f"all-reduce algorithm 'shm' is unavailable: {info['why']}")
     return code
 
 

@@ -9,7 +9,7 @@ import os
 
 from hvlite.errors import ConfigError
 
-ALGORITHMS = ("auto", "ring", "rhd", "rd", "tree", "hierarchical", "mpi")
+ALGORITHMS = ("auto", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpi")
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -42,6 +42,22 @@ class Settings:
     alpha_inter: float = 10e-6     #   seconds per message between nodes
     beta_inter: float = 1 / 1.2e9  #   seconds per byte between nodes
     gamma: float = 1 / 6e9         #   seconds per byte reduced
+    alpha_shm: float = 1e-6        #   seconds per flag barrier in the shared segment
+    beta_mem: float = 1 / 10e9     #   seconds per byte copied (measured at init with the probe)
+    shm: bool = True               # map a shared segment per node (algorithm "shm", hierarchical)
+    shm_segment_bytes: int = 256 << 10  # per-rank slot; large buffers go through in segments
+    shm_fusion_bytes: int = 4 << 20     # slot size: a fused batch packed into the segment
+    shm_redundant_bytes: int = 16 << 10  # up to this many bytes every rank reduces all slots
+                                        # (one barrier) instead of a slice (two)
+
+    def cost_model(self):
+        return {"alpha_intra": self.alpha_intra, "beta_intra": self.beta_intra,
+                "alpha_inter": self.alpha_inter, "beta_inter": self.beta_inter,
+                "gamma": self.gamma, "alpha_shm": self.alpha_shm, "beta_mem": self.beta_mem}
+
+    def shm_args(self):
+        return (self.shm, self.shm_segment_bytes, self.shm_fusion_bytes, self.shm_redundant_bytes,
+                self.probe)
 
 
 # hvlite name -> Horovod's name for the same setting
@@ -149,6 +165,12 @@ def load(env=None):
         alpha_inter=_float(env, "HVLITE_ALPHA_INTER", d.alpha_inter),
         beta_inter=_float(env, "HVLITE_BETA_INTER", d.beta_inter),
         gamma=_float(env, "HVLITE_GAMMA", d.gamma),
+        alpha_shm=_float(env, "HVLITE_ALPHA_SHM", d.alpha_shm),
+        beta_mem=_float(env, "HVLITE_BETA_MEM", d.beta_mem),
+        shm=_bool(env, "HVLITE_SHM", d.shm),
+        shm_segment_bytes=_int(env, "HVLITE_SHM_SEGMENT_BYTES", d.shm_segment_bytes, 4096, 1 << 30),
+        shm_fusion_bytes=_int(env, "HVLITE_SHM_FUSION_BYTES", d.shm_fusion_bytes, 0, 1 << 34),
+        shm_redundant_bytes=_int(env, "HVLITE_SHM_REDUNDANT_BYTES", d.shm_redundant_bytes, 0, 1 << 40),
         cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
         fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),
         fusion_tensor_limit=_int(env, "HVLITE_FUSION_TENSOR_LIMIT", d.fusion_tensor_limit, 1, 1 << 40),

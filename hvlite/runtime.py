@@ -53,23 +53,24 @@ class Runtime:
         leaders = self.comm.allreduce(1 if self.local.Get_rank() == 0 else 0)
         self.thread_level = MPI.Query_thread()
         s = settings
-        model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra,
-                 "alpha_inter": s.alpha_inter, "beta_inter": s.beta_inter, "gamma": s.gamma}
+        model = s.cost_model()
         if s.probe and self.comm.Get_size() > 1:
             model = measure_cost_model(self.comm, self.local, self.cross, model)
         self.cost_model = model
         uniform = len(set(local_sizes)) == 1
-        if s.log_level in ("trace", "debug") and rank == 0:
-            log_cost_model(model, self.comm.Get_size(), leaders, self.local.Get_size(), uniform)
         self.engine = Engine(self.comm, self.local, self.cross, uniform, leaders,
-                             s.segment_bytes, model)
+                             s.segment_bytes, model, s.shm_args())
+        if s.log_level in ("trace", "debug") and rank == 0:
+            log_cost_model(self.engine.cost_model(), self.comm.Get_size(), leaders,
+                           self.local.Get_size(), uniform, self.engine.shm_info()["available"])
         # The coordinator gets communicators of its own: only its thread uses them.
         from hvlite._core.coordinator import Coordinator
         self._ccomms = (self.comm.Dup(), self.local.Dup(), self.cross.Dup())
         self.coordinator = Coordinator(*self._ccomms, uniform, leaders, s.segment_bytes, model,
                                        s.cycle_time_ms / 1000.0, s.fusion_threshold,
                                        s.cache_capacity, s.stall_check_seconds,
-                                       s.stall_shutdown_seconds, s.fusion_tensor_limit)
+                                       s.stall_shutdown_seconds, s.fusion_tensor_limit,
+                                       s.shm_args())
         self.outstanding = weakref.WeakSet()   # this rank's handles not yet synchronized
         self.names = {}                        # per-collective counters for automatic names
         self.thread = threading.Thread(target=self.coordinator.run, name="hvlite-coordinator",
@@ -106,11 +107,11 @@ class Runtime:
 
 def measure_cost_model(comm, local, cross, defaults):
     """The cost model's figures, measured (well under a second): one-way message time for 8 B and
-    1 MiB between neighbouring ranks within a node and across nodes, and the reduction rate.
+    1 MiB between neighbouring ranks within a node and across nodes, the reduction and copy rates.
     Every rank ends with the same figures (the slowest pair's), so "auto" chooses alike."""
     import numpy as np
     from mpi4py import MPI
-    from hvlite._core.probe import pingpong, reduce_seconds_per_byte
+    from hvlite._core.probe import pingpong, reduce_seconds_per_byte, copy_seconds_per_byte
 
     def pair(c):
         r, n = c.Get_rank(), c.Get_size()
@@ -123,24 +124,26 @@ def measure_cost_model(comm, local, cross, defaults):
 
     a_in, b_in = pair(local)
     a_x, b_x = pair(cross)
-    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte()])
+    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(), copy_seconds_per_byte()])
     worst = np.empty_like(mine)
     comm.Allreduce(mine, worst, op=MPI.MAX)
     model = dict(defaults)
-    for key, value in zip(("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "gamma"), worst):
+    for key, value in zip(("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "gamma",
+                           "beta_mem"), worst):
         if value > 0:
             model[key] = float(value)
     return model
 
 
-def log_cost_model(model, n, nodes, local_size, uniform):
+def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
     from hvlite._core.select import crossovers
     m = model
     print(f"hvlite: cost model: within a node alpha {m['alpha_intra'] * 1e6:.2f} us, "
           f"{1 / m['beta_intra'] / 1e9:.2f} GB/s; across nodes alpha {m['alpha_inter'] * 1e6:.2f} us, "
-          f"{1 / m['beta_inter'] / 1e9:.2f} GB/s; reduce {1 / m['gamma'] / 1e9:.2f} GB/s\n"
+          f"{1 / m['beta_inter'] / 1e9:.2f} GB/s; reduce {1 / m['gamma'] / 1e9:.2f} GB/s; "
+          f"shm barrier {m['alpha_shm'] * 1e6:.2f} us, copy {1 / m['beta_mem'] / 1e9:.2f} GB/s\n"
           f"hvlite: auto on {n} ranks, {nodes} node(s): "
-          f"{crossovers(n, model, nodes, local_size, uniform)}", file=sys.stderr, flush=True)
+          f"{crossovers(n, model, nodes, local_size, uniform, shm)}", file=sys.stderr, flush=True)
 
 
 def init(comm=None):

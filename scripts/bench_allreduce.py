@@ -7,7 +7,9 @@ training). Each repetition runs the algorithms in a fresh random order, so drift
 effects on a noisy machine hit them alike; a
 rep's time is the slowest rank's, and the table shows medians. The reference is MPI_Allreduce in
 place on the same buffer, at the same thread level, called through the same Python path.
-Bus bandwidth = 2(N-1)/N * bytes / time.
+Bus bandwidth = 2(N-1)/N * bytes / time. The "memcpy" column is the machine's ceiling: every
+rank copies the buffer once (private to private) at the same moment, timed like the rest; an
+all-reduce within a node touches each byte at least that often.
 """
 import argparse
 import csv
@@ -39,14 +41,19 @@ def measure(rt, buf, algos, budget_s, max_reps):
     """Median seconds per call for each algorithm (slowest rank per rep)."""
     comm = rt.comm
     engine = rt.engine
-    codes = {a: ALGORITHMS[a] for a in algos}
+    codes = {a: ALGORITHMS.get(a) for a in algos}
     check = rt.settings.check_agreement
+
+    dst = np.empty_like(buf) if "memcpy" in algos else None
 
     def once(a):
         comm.Barrier()
         t0 = time.perf_counter()
-        # "mpi" is the reference: no hvlite metadata check in front of it.
-        engine.allreduce(buf, 2, 0, codes[a], check and a != "mpi")
+        if a == "memcpy":
+            np.copyto(dst, buf)
+        else:
+            # "mpi" is the reference: no hvlite metadata check in front of it.
+            engine.allreduce(buf, 2, 0, codes[a], check and a != "mpi")
         return time.perf_counter() - t0
 
     for a in algos:          # warm-up: page in the buffer, settle MPI's internal buffers
@@ -81,7 +88,8 @@ def main():
     if args.algorithms:
         algos = args.algorithms.split(",")
     else:
-        algos = ["mpi", "ring", "rhd", "rd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else []) + ["auto"]
+        algos = (["mpi", "ring", "rhd", "rd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else [])
+                 + (["shm"] if rt.engine.shm_info()["available"] else []) + ["auto", "memcpy"])
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = []
     if rank == 0:
@@ -103,7 +111,7 @@ def main():
                              else f"{busbw:6.2f}GB/s {ratio:4.2f}x")
                 rows.append({"ranks": n, "bytes": buf.nbytes, "algorithm": a, "median_s": t,
                              "busbw_GBps": busbw, "ratio_vs_mpi": ratio, "reps": reps,
-                             "chosen_by_auto": rt.engine.choose(buf.nbytes) == ALGORITHMS.get(a)})
+                             "chosen_by_auto": rt.engine.choose(buf.nbytes) == ALGORITHMS.get(a, -1)})
             print(f"{human(buf.nbytes):>9} | " + " | ".join(f"{c:>16}" for c in cells), flush=True)
         del buf
     if rank == 0:
@@ -133,7 +141,8 @@ def plot(rows, algos, n, level, path):
     for a in algos:
         pts = [(r["bytes"], r["busbw_GBps"]) for r in rows if r["algorithm"] == a]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                linestyle="--" if a == "mpi" else "-", label="MPI_Allreduce" if a == "mpi" else a)
+                linestyle="--" if a in ("mpi", "memcpy") else "-",
+                label={"mpi": "MPI_Allreduce", "memcpy": "memcpy (ceiling)"}.get(a, a))
     ax.set_xscale("log", base=2)
     sizes = sorted({r["bytes"] for r in rows})
     ax.set_xticks(sizes, [human(b).replace(" ", "") for b in sizes])

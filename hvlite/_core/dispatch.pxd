@@ -1,6 +1,7 @@
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch
 from hvlite._core.select cimport CostModel
+from hvlite._core.shm cimport ShmArea
 
 # Everything an all-reduce needs, for code that runs without the GIL.
 cdef struct Context:
@@ -14,11 +15,13 @@ cdef struct Context:
     bint uniform
     Scratch scratch
     CostModel model
+    ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
+    bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
 
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
 # In place. Average runs a Sum, then divides by `divisor` (the number of contributing ranks).
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
-                      int nodes, size_t segment_bytes, dict model) except -1
+                      int nodes, size_t segment_bytes, dict model, tuple shm) except -1
 cdef void context_free(Context* c) noexcept nogil

@@ -4,7 +4,7 @@ cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport OP_SUM, OP_AVERAGE, divide_by
-from hvlite._core.p2p cimport allreduce_fn
+from hvlite._core.p2p cimport allreduce_fn, HV_ERR_SHM
 from hvlite._core.select cimport *
 from hvlite._core.ring cimport ring_allreduce
 from hvlite._core.rhd cimport rhd_allreduce
@@ -12,6 +12,8 @@ from hvlite._core.rd cimport rd_allreduce
 from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
+from hvlite._core.shm cimport (shm_open_area, shm_close_area, shm_allreduce, shm_set_why,
+                               shm_barrier_seconds)
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -27,8 +29,21 @@ cdef allreduce_fn _flat_fn(int algo) noexcept nogil:
     return tree_allreduce
 
 
+cdef allreduce_fn _cross_fn(Context* c, size_t nbytes) noexcept nogil:
+    """The algorithm among the nodes, chosen from what every rank that runs it shares: one
+    segment's slice when nodes are equal, else the segment the leaders reduce."""
+    if c.nodes <= 1:
+        return NULL
+    if nbytes > c.shm.seg:
+        nbytes = c.shm.seg
+    if c.uniform:
+        nbytes //= c.local_size
+    return _flat_fn(choose(<double>nbytes, c.nodes, 1, 1, True, False, &c.model))
+
+
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
-                      int nodes, size_t segment_bytes, dict model) except -1:
+                      int nodes, size_t segment_bytes, dict model, tuple shm) except -1:
+    """shm: (enabled, segment bytes, slot bytes, redundant-reduce limit, probe). Collective."""
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi
@@ -40,17 +55,42 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
     if c.scratch.buf == NULL:
         raise MemoryError("hvlite: cannot allocate the scratch segments")
+    enabled, seg, slot, redundant_max, probe = shm
+    shm_open_area(&c.shm, local, seg, slot, redundant_max, enabled)
+    # Slices must line up across nodes: one segment size and one verdict for the whole job.
+    mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
+    agreed = comm.allreduce(mine, op=_min_op())
+    c.shm_ok = agreed > 0
+    if c.shm_ok:
+        c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
+        if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
+            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=_max_op())
+    elif c.shm.base != NULL:
+        shm_close_area(&c.shm)
+        shm_set_why(&c.shm, "another node has no shared segment")
     return 0
+
+
+def _min_op():
+    from mpi4py import MPI
+    return MPI.MIN
+
+
+def _max_op():
+    from mpi4py import MPI
+    return MPI.MAX
+
 
 
 cdef void context_free(Context* c) noexcept nogil:
     free(c.scratch.buf)
     c.scratch.buf = NULL
+    shm_close_area(&c.shm)
 
 
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil:
     if algo == ALG_AUTO:
-        return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, &c.model)
+        return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, c.shm_ok, &c.model)
     return algo
 
 
@@ -64,6 +104,12 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
     if c.size > 1:
         if algo == ALG_MPI:
             err = mpi_allreduce(buf, count, dtype, kernel_op, c.comm)
+        elif (algo == ALG_SHM or algo == ALG_HIERARCHICAL) and c.shm_ok:
+            # Within the node in shared memory; across nodes (if any) on each rank's slice.
+            err = shm_allreduce(buf, count, dtype, kernel_op, &c.shm, c.cross, c.uniform,
+                                _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
+        elif algo == ALG_SHM:
+            err = HV_ERR_SHM
         elif algo == ALG_HIERARCHICAL:
             # The cross-node algorithm must be the same on every rank that runs it, so it is
             # chosen from values all ranks share: the slice size when nodes are equal (then
@@ -72,7 +118,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
                 nbytes /= c.local_size
             err = hierarchical_allreduce(
                 buf, count, dtype, kernel_op, c.local, c.cross, c.uniform,
-                _flat_fn(choose(nbytes, c.nodes, 1, 1, True, &c.model)), &c.scratch)
+                _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
         else:
             err = _flat_fn(algo)(buf, count, dtype, kernel_op, c.comm, &c.scratch)
     if err == 0 and op == OP_AVERAGE:

@@ -7,7 +7,7 @@ from libc.stdint cimport int64_t
 cimport numpy as cnp
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.p2p cimport HV_ERR_NOMEM
+from hvlite._core.p2p cimport HV_ERR_NOMEM, HV_ERR_SHM
 from hvlite._core.select cimport ALG_AUTO, choose
 from hvlite._core.dispatch cimport Context, context_init, context_free, resolve_algorithm, run_allreduce
 
@@ -23,6 +23,8 @@ def error_string(int code):
     cdef int n = 0
     if code == HV_ERR_NOMEM:
         return "out of memory allocating request or scratch space"
+    if code == HV_ERR_SHM:
+        return "the shared-memory all-reduce is unavailable here (see Engine.shm_info / hvlite.shm_info())"
     if MPI_Error_string(code, msg, &n) != MPI_SUCCESS:
         return f"unknown MPI error {code}"
     return msg[:n].decode("utf-8", "replace")
@@ -52,8 +54,8 @@ cdef class Engine:
         self.ctx.scratch.buf = NULL
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
-                 dict cost_model):
-        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model)
+                 dict cost_model, tuple shm=(False, 0, 0, 0, False)):
+        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self.cross_rank, self.cross_size = cross.Get_rank(), cross.Get_size()
@@ -61,6 +63,17 @@ cdef class Engine:
 
     def close(self):
         context_free(&self.ctx)
+
+    def cost_model(self):
+        """The model auto decides with (alpha_shm measured here when the probe is on)."""
+        return self.ctx.model
+
+    def shm_info(self):
+        """The shared segment: whether shm may run, its segment size, and why not when not."""
+        return {"available": bool(self.ctx.shm_ok), "segment_bytes": self.ctx.shm.seg, "slot_bytes": self.ctx.shm.slot_bytes,
+                "mapped_bytes": self.ctx.shm.map_bytes, "ranks": self.ctx.shm.L,
+                "redundant_bytes": self.ctx.shm.redundant_max,
+                "why": "" if self.ctx.shm_ok else self.ctx.shm.why.decode("utf-8", "replace")}
 
     def __dealloc__(self):
         context_free(&self.ctx)

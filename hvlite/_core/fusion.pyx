@@ -4,6 +4,10 @@ buffer and reduces in the output itself, and so does every tensor of at least
 HVLITE_FUSION_TENSOR_LIMIT bytes: fusing it saves one latency but costs two passes over its
 memory (measured: 220-tensor step 0.78x MPI fusing everything, see README). The batches follow
 item order, identical on every rank.
+
+On one node with a shared segment the batch is packed straight into this rank's slot of the
+segment and each tensor is unpacked straight from the reduced slots: no fusion-buffer copy and no
+copy inside the collective. Batches are then capped at the slot size.
 """
 # distutils: language = c++
 from libc.stdlib cimport malloc, free
@@ -13,7 +17,9 @@ from libcpp.vector cimport vector
 from hvlite._core.request cimport *
 from hvlite._core.request cimport hv_now
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport fill_identity
+from hvlite._core.reduce cimport fill_identity, divide_by, OP_AVERAGE, OP_SUM
+from hvlite._core.select cimport ALG_SHM, ALG_AUTO
+from hvlite._core.shm cimport shm_fused_capacity, shm_fused_input, shm_fused_reduce, shm_fused_output
 from hvlite._core.dispatch cimport Context, resolve_algorithm, run_allreduce
 
 
@@ -69,6 +75,11 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         else:
             it.req.algorithm_used = algo
         return err
+    if (c.nodes == 1 and total * es <= shm_fused_capacity(&c.shm)
+            and (algo == ALG_SHM or it.meta.algorithm == ALG_AUTO)):
+        # Packed straight into the segment, the pack is the only copy: auto takes it always.
+        algo = ALG_SHM
+        return _run_in_segment(c, items, batch, total, contributors, t0, ALG_SHM)
     if _reserve(f, total * es):
         return -1
     for k in batch:
@@ -96,10 +107,44 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
     return err
 
 
+cdef int _run_in_segment(Context* c, vector[Item]& items, vector[size_t]& batch, size_t total,
+                         long contributors, double t0, int algo) noexcept nogil:
+    cdef int dtype = items[batch[0]].meta.dtype, op = items[batch[0]].meta.op
+    cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
+    cdef size_t es = dtype_size(dtype), off = 0, n, k
+    cdef char* slot = shm_fused_input(&c.shm)
+    cdef double t1, t2
+    for k in batch:
+        n = item_count(items[k].meta)
+        if items[k].req != NULL:
+            memcpy(slot + off * es, items[k].req.input, n * es)
+        else:
+            fill_identity(slot + off * es, n, dtype, kernel_op)
+        off += n
+    t1 = hv_now()
+    cdef int err = shm_fused_reduce(&c.shm, total, dtype, kernel_op)
+    t2 = hv_now()
+    off = 0
+    for k in batch:
+        n = item_count(items[k].meta)
+        if items[k].req != NULL and not err:
+            shm_fused_output(&c.shm, off, n, dtype, kernel_op, items[k].req.output)
+            if op == OP_AVERAGE:
+                divide_by(items[k].req.output, n, dtype, contributors)
+            items[k].req.algorithm_used = algo
+        off += n
+    t0 = hv_now()
+    for k in batch:
+        items[k].packed = t1
+        items[k].ran = t2
+        items[k].unpacked = t0
+    return err
+
+
 cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long contributors) noexcept nogil:
     cdef vector[char] used
     cdef vector[size_t] batch
-    cdef size_t i, j, k, es, nbytes, batch_bytes
+    cdef size_t i, j, k, es, nbytes, batch_bytes, limit
     cdef int err
     used.assign(items.size(), 0)
     for i in range(items.size()):
@@ -109,6 +154,12 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         batch.clear()
         batch_bytes = 0
         es = dtype_size(items[i].meta.dtype)
+        limit = f.threshold
+        if (c.nodes == 1 and shm_fused_capacity(&c.shm) and limit > shm_fused_capacity(&c.shm)
+                and (items[i].meta.algorithm == ALG_SHM or items[i].meta.algorithm == ALG_AUTO)):
+            # Batches that fit the segment, every tensor included: packing is then the copy the
+            # collective would make anyway, so fusing large tensors costs nothing.
+            limit = shm_fused_capacity(&c.shm)
         for j in range(i, items.size()):
             if used[j] or items[j].meta.collective != C_ALLREDUCE:
                 continue
@@ -116,13 +167,13 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
                     or items[j].meta.algorithm != items[i].meta.algorithm):
                 continue
             nbytes = item_count(items[j].meta) * es
-            if nbytes >= f.tensor_limit:
+            if nbytes >= f.tensor_limit and limit == f.threshold:
                 if j != i:
                     continue    # it gets a batch of its own when the outer loop reaches it
                 batch.push_back(j)
                 used[j] = 1
                 break
-            if batch.size() and batch_bytes + nbytes > f.threshold:
+            if batch.size() and batch_bytes + nbytes > limit:
                 err = _run_batch(c, f, items, batch, contributors)
                 for k in batch:
                     items[k].err = err

@@ -1,7 +1,7 @@
 """Measurements behind the cost model: one-way message time between two ranks (ping-pong),
 and this machine's reduction rate. Both run without the GIL."""
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport DT_FLOAT32
@@ -63,3 +63,28 @@ def reduce_seconds_per_byte(int nbytes=4 << 20, int reps=3):
     free(a)
     free(b)
     return best / (n * 4)
+
+
+def copy_seconds_per_byte(int nbytes=4 << 20, int reps=3):
+    """Seconds per byte of a memcpy larger than the caches (the shm algorithm's copies), measured
+    while the other ranks do the same, as they will in the collective."""
+    cdef char* a = <char*>malloc(nbytes)
+    cdef char* b = <char*>malloc(nbytes)
+    cdef double t0, best = 1e9
+    cdef int i
+    if a == NULL or b == NULL:
+        free(a)
+        free(b)
+        raise MemoryError()
+    memset(a, 1, nbytes)
+    memset(b, 0, nbytes)
+    with nogil:
+        for i in range(reps):
+            t0 = MPI_Wtime()
+            memcpy(b, a, nbytes)
+            t0 = MPI_Wtime() - t0
+            if t0 < best:
+                best = t0
+    free(a)
+    free(b)
+    return best / nbytes

@@ -7,18 +7,23 @@ cdef enum Algorithm:
     ALG_HIERARCHICAL = 4
     ALG_MPI = 5
     ALG_RD = 6
-    ALG_COUNT = 7
+    ALG_SHM = 7
+    ALG_COUNT = 8
 
-# Seconds per message (alpha) and per byte moved (beta), within a node and between nodes, and
-# seconds per byte reduced (gamma).
+# Seconds per message (alpha) and per byte moved (beta), within a node and between nodes,
+# seconds per byte reduced (gamma), and for the shared-memory algorithm: seconds per flag
+# barrier (alpha_shm) and per byte copied by memcpy (beta_mem).
 cdef struct CostModel:
     double alpha_intra
     double beta_intra
     double alpha_inter
     double beta_inter
     double gamma
+    double alpha_shm
+    double beta_mem
 
 cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
                     const CostModel* m) noexcept nogil
-cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform,
+# shm: every node has a shared segment (then shm, and hierarchical over it, are candidates).
+cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, bint shm,
                 const CostModel* m) noexcept nogil

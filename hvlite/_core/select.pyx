@@ -9,6 +9,8 @@ L = log2 of the largest power of two p <= N:
     ring          2(N-1)α + 2((N-1)/N)nβ + ((N-1)/N)nγ
     hierarchical  ring among the L_node ranks of a node at intra-node α, β
                   + the best of rd/rhd/ring among the nodes on n/L_node bytes at inter-node α, β
+    shm           2α_shm + n(2β_mem + ((L_node-1)/L_node)γ) within the node (copy in, reduce
+                  a slice, copy out) + the same cross-node step as hierarchical
 
 Flat algorithms on several nodes pay the inter-node figures (their slowest link). `auto` picks
 the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
@@ -16,7 +18,7 @@ the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
 from libc.math cimport ceil, log2
 
 ALGORITHMS = {"auto": ALG_AUTO, "ring": ALG_RING, "rhd": ALG_RHD, "rd": ALG_RD, "tree": ALG_TREE,
-              "hierarchical": ALG_HIERARCHICAL, "mpi": ALG_MPI}
+              "hierarchical": ALG_HIERARCHICAL, "shm": ALG_SHM, "mpi": ALG_MPI}
 NAMES = {v: k for k, v in ALGORITHMS.items()}
 
 
@@ -46,8 +48,14 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
     cdef double a = m.alpha_inter if nodes > 1 else m.alpha_intra
     cdef double b = m.beta_inter if nodes > 1 else m.beta_intra
     cdef double inner, x1, x2
-    if algo == ALG_HIERARCHICAL:
-        inner = _flat(ALG_RING, nbytes, local_size, m.alpha_intra, m.beta_intra, m.gamma)
+    if algo == ALG_HIERARCHICAL or algo == ALG_SHM:
+        if algo == ALG_SHM:
+            inner = 0.0 if local_size <= 1 else (
+                2 * m.alpha_shm + nbytes * (2 * m.beta_mem + (local_size - 1.0) / local_size * m.gamma))
+        else:
+            inner = _flat(ALG_RING, nbytes, local_size, m.alpha_intra, m.beta_intra, m.gamma)
+        if nodes <= 1:
+            return inner
         x1 = _flat(ALG_RHD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
         x2 = _flat(ALG_RING, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
         x1 = x1 if x1 < x2 else x2
@@ -56,15 +64,17 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
     return _flat(algo, nbytes, n, a, b, m.gamma)
 
 
-cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform,
+cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, bint shm,
                 const CostModel* m) noexcept nogil:
     cdef int best = ALG_TREE, algo, i
-    cdef int candidates[4]
-    candidates[:] = [ALG_RD, ALG_RHD, ALG_RING, ALG_HIERARCHICAL]
+    cdef int candidates[5]
+    candidates[:] = [ALG_RD, ALG_RHD, ALG_RING, ALG_HIERARCHICAL, ALG_SHM]
     cdef double cost, best_cost = predict(ALG_TREE, nbytes, n, nodes, local_size, m)
-    for i in range(4):
+    for i in range(5):
         algo = candidates[i]
-        if algo == ALG_HIERARCHICAL and (nodes <= 1 or not uniform):
+        if algo == ALG_HIERARCHICAL and (nodes <= 1 or not uniform or shm):
+            continue            # with a shared segment, hierarchical *is* shm across nodes
+        if algo == ALG_SHM and (not shm or not uniform or local_size <= 1):
             continue
         cost = predict(algo, nbytes, n, nodes, local_size, m)
         if cost < best_cost:
@@ -72,12 +82,14 @@ cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform,
     return best
 
 
-def model_from(alpha_intra, beta_intra, alpha_inter=None, beta_inter=None, gamma=None):
+def model_from(alpha_intra, beta_intra, alpha_inter=None, beta_inter=None, gamma=None,
+               alpha_shm=1e-6, beta_mem=None):
     """A CostModel as a dict (Python view of the struct)."""
     return {"alpha_intra": alpha_intra, "beta_intra": beta_intra,
             "alpha_inter": alpha_inter if alpha_inter is not None else alpha_intra,
             "beta_inter": beta_inter if beta_inter is not None else beta_intra,
-            "gamma": gamma if gamma is not None else beta_intra}
+            "gamma": gamma if gamma is not None else beta_intra,
+            "alpha_shm": alpha_shm, "beta_mem": beta_mem if beta_mem is not None else beta_intra / 4}
 
 
 def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1, int local_size=0):
@@ -85,17 +97,18 @@ def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1
     return predict(ALGORITHMS[algorithm], nbytes, n, nodes, local_size or n, &m)
 
 
-def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True):
+def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True,
+                bint shm=False):
     cdef CostModel m = model
-    return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, &m)]
+    return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, shm, &m)]
 
 
-def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=True):
+def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=True, bint shm=False):
     """Where auto's choice changes, from 1 byte to 1 GiB: "rd < 16 KiB <= rhd < ..."."""
     cdef CostModel m = model
     parts, last = [], None
     for k in range(0, 31):
-        algo = NAMES[choose(float(1 << k), n, nodes, local_size or n, uniform, &m)]
+        algo = NAMES[choose(float(1 << k), n, nodes, local_size or n, uniform, shm, &m)]
         if algo != last:
             if last is not None:
                 parts.append(_human(1 << k))

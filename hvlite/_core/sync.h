@@ -19,6 +19,16 @@ static inline void hv_sleep(double seconds) {
 static inline void hv_yield(void) { sched_yield(); }
 static inline int hv_load(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void hv_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+/* 64-bit flags in memory shared between processes (the shm all-reduce's epochs). */
+static inline long long hv_load64(volatile long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void hv_store64(volatile long long* p, long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void hv_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 typedef struct { pthread_mutex_t mu; pthread_cond_t cv; } hv_monitor;
 

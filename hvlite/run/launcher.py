@@ -193,11 +193,10 @@ def check_build():
              "  algorithms:       " + ", ".join(sorted(a for a in NAMES.values() if a != "auto")) + ", auto",
              "  collectives:      allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join",
              "  auto crossovers (default cost model; jobs measure theirs at init):"]
-    model = {"alpha_intra": s.alpha_intra, "beta_intra": s.beta_intra, "alpha_inter": s.alpha_inter,
-             "beta_inter": s.beta_inter, "gamma": s.gamma}
+    model = s.cost_model()
     for n in (2, 4, 8, 16):
-        lines.append(f"    {n:>2} ranks, one node: {crossovers(n, model)}")
-    lines.append(f"    16 ranks, 4 nodes:   {crossovers(16, model, nodes=4, local_size=4)}")
+        lines.append(f"    {n:>2} ranks, one node: {crossovers(n, model, shm=s.shm)}")
+    lines.append(f"    16 ranks, 4 nodes:   {crossovers(16, model, nodes=4, local_size=4, shm=s.shm)}")
     print("\n".join(lines))
     return 0
 

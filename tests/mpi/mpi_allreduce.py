@@ -3,7 +3,7 @@
 Inputs are exact in every dtype, so results must match the reference bit for bit (which also
 proves every rank holds identical bits); a second pass with random floats checks closeness to
 float64 and identity across ranks when the reduction order matters.
-HVLITE_TEST_ALGORITHMS restricts the algorithms (the pretend-node runs test hierarchical only).
+HVLITE_TEST_ALGORITHMS restricts the algorithms (the pretend-node runs test hierarchical and shm).
 """
 import os
 
@@ -17,7 +17,7 @@ from helpers import (DTYPES, OPS, assert_everywhere, assert_identical_everywhere
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
-ALGORITHMS = os.environ.get("HVLITE_TEST_ALGORITHMS", "ring,rhd,rd,tree,hierarchical,mpi,auto").split(",")
+ALGORITHMS = os.environ.get("HVLITE_TEST_ALGORITHMS", "ring,rhd,rd,tree,hierarchical,shm,mpi,auto").split(",")
 SMALL = sorted({0, 1, max(N - 1, 0), N + 1, 97})
 
 

@@ -1,0 +1,314 @@
+"""Shared-memory all-reduce among the ranks of one node.
+
+MPI's intra-node all-reduce moves every byte through its message cells several times; here the
+ranks of a node map one segment and work in it directly. Each rank copies its input into its own
+slot; then either every rank reduces all slots into its output (one barrier per segment: the
+cheapest when L is small or the buffer is), or each rank reduces its 1/L slice of the slots into a
+shared result area and everyone copies the result out (reduce-scatter + copy-out: each byte is
+reduced once). Slices are reduced in slot order 0..L-1, so every rank gets the same bits.
+
+Synchronisation is one epoch counter per rank in the control page (release store, acquire
+loads), never an MPI call. Slots and result areas come in two parities: a buffer of parity
+e & 1 is written only before barrier e and read only after it, so its next writer (before barrier
+e + 2) cannot overtake a reader (done before it signalled e + 1). That is what lets the large-buffer
+loop copy segment k + 1 in while segment k is being reduced, with one barrier per segment.
+
+Cost (L ranks, n bytes, m bytes per segment): ceil(n/m) + 1 barriers of ~L flag reads each, plus
+per rank a copy in (n), a reduction reading n (sliced) or L·n (redundant), and a copy out (n).
+The segment is POSIX shared memory, unlinked as soon as every rank has mapped it: nothing is left
+in /dev/shm even when a rank is killed.
+"""
+import os
+from libc.errno cimport errno
+from libc.string cimport memcpy, memset, strncpy
+from posix.mman cimport shm_open, shm_unlink, mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
+from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
+from posix.unistd cimport ftruncate, close
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.reduce cimport reduce_into
+from hvlite._core.p2p cimport block_start, comm_size, HV_ERR_SHM
+
+cdef extern from "fcntl.h" nogil:
+    int posix_fallocate(int fd, long offset, long length)
+
+cdef extern from "sync.h" nogil:
+    long long hv_load64(volatile long long* p)
+    void hv_store64(volatile long long* p, long long v)
+    void hv_pause()
+    void hv_yield()
+    void hv_sleep(double seconds)
+    double hv_now()
+
+cdef enum:
+    LINE = 64                # one epoch counter per cache line
+    CHUNK = 16384            # bytes reduced at a time, so the accumulator stays in L1
+    MIN_SEG = 65536          # smallest segment tried when /dev/shm is short of space
+    SPIN = 256               # flag checks before yielding,
+    YIELDS = 4096            # then yields before sleeping (oversubscribed runs)
+
+_names = [0]
+
+
+cdef inline size_t _ctrl_bytes(int L) noexcept nogil:
+    return (<size_t>L * LINE + 4095) // 4096 * 4096
+
+
+cdef inline char* _slot(ShmArea* a, int r, int parity) noexcept nogil:
+    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * r + parity)) * a.slot_bytes
+
+
+cdef inline char* _result(ShmArea* a, int parity) noexcept nogil:
+    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * a.L + parity)) * a.slot_bytes
+
+
+cdef inline size_t _slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
+    """Start of rank j's slice, on a 64-byte boundary so no two ranks write one cache line."""
+    cdef size_t unit = LINE // es
+    cdef size_t s = block_start((count + unit - 1) // unit, L, j) * unit
+    return s if s < count else count
+
+
+cdef void _barrier(ShmArea* a) noexcept nogil:
+    cdef int r
+    cdef long spins
+    a.epoch += 1
+    hv_store64(<volatile long long*>(a.base + a.me * LINE), a.epoch)
+    for r in range(a.L):
+        spins = 0
+        while hv_load64(<volatile long long*>(a.base + r * LINE)) < a.epoch:
+            spins += 1
+            if spins < SPIN:
+                hv_pause()
+            elif spins < SPIN + YIELDS:
+                hv_yield()
+            else:
+                hv_sleep(2e-5)
+
+
+cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
+    """Mean seconds per flag barrier over reps (all of the node's ranks must call it)."""
+    cdef double t0
+    cdef int i
+    if a.base == NULL:
+        return 0.0
+    _barrier(a)
+    t0 = hv_now()
+    for i in range(reps):
+        _barrier(a)
+    return (hv_now() - t0) / reps
+
+
+cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
+                  const char* own, char* dst, char* dst2) noexcept nogil:
+    """dst (and dst2) = slot_0 op slot_1 op ... op slot_{L-1} over elements [offset, offset +
+    count), chunk by chunk in an L1-resident accumulator. With `own` (this rank's data for the
+    same elements) this rank's contribution is read from there instead of its slot."""
+    cdef double acc_mem[2048]         # CHUNK bytes, 8-byte aligned
+    cdef char* acc = <char*>acc_mem
+    cdef size_t es = dtype_size(dtype), step = CHUNK // es, done = 0, n, at
+    cdef const char* src
+    cdef int r
+    while done < count:
+        n = count - done if count - done < step else step
+        at = (offset + done) * es
+        for r in range(a.L):
+            src = own + done * es if own != NULL and r == a.me else _slot(a, r, parity) + at
+            if r == 0:
+                memcpy(acc, src, n * es)
+            else:
+                reduce_into(acc, src, n, dtype, op)
+        memcpy(dst + done * es, acc, n * es)
+        if dst2 != NULL:
+            memcpy(dst2 + done * es, acc, n * es)
+        done += n
+
+
+cdef inline void _copy_except(char* dst, const char* src, size_t n, size_t lo, size_t hi,
+                              size_t es) noexcept nogil:
+    """Copy elements [0, n) but [lo, hi): the parts of a segment other ranks reduce."""
+    memcpy(dst, src, lo * es)
+    memcpy(dst + hi * es, src + hi * es, (n - hi) * es)
+
+
+cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
+                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s) noexcept nogil:
+    cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, lo, hi, nlo, nhi, nn, nseg, k
+    # The mode must be the same on every rank of the node: it depends on the job having several
+    # nodes, not on this rank's cross communicator (uneven nodes leave some ranks alone in it).
+    cdef bint has_cross = cross_fn != NULL
+    cdef bint talk = has_cross and comm_size(cross) > 1
+    cdef bint leaders = has_cross and not uniform
+    cdef int p, q, err = 0
+    cdef char* seg
+    if count == 0:
+        return 0
+    nseg = (count + per - 1) // per
+    if a.L == 1:
+        # Alone on the node: the other nodes' leaders reduce segment by segment, so must we.
+        for k in range(nseg):
+            if talk and err == 0:
+                off = k * per
+                err = cross_fn(buf + off * es, count - off if count - off < per else per,
+                               dtype, op, cross, s)
+        return err
+    if a.base == NULL:
+        return HV_ERR_SHM
+    if not has_cross and (count if count < per else per) * es <= a.redundant_max:
+        # Every rank reduces every slot: one barrier per segment.
+        for k in range(nseg):
+            off = k * per
+            n = count - off if count - off < per else per
+            p = (a.epoch + 1) & 1
+            memcpy(_slot(a, a.me, p), buf + off * es, n * es)
+            _barrier(a)
+            _reduce(a, p, 0, n, dtype, op, buf + off * es, buf + off * es, NULL)
+        return 0
+    # Sliced (or, on uneven nodes, by the leader): segment k + 1 is copied in while segment k is
+    # reduced, one barrier per segment. A rank copies in only what the others reduce, reduces
+    # its slice from its own buffer and the others' slots, and copies the others' slices out.
+    n = count if count < per else per
+    lo, hi = _slice_bounds(n, a, es, leaders)
+    _copy_except(_slot(a, a.me, (a.epoch + 1) & 1), buf, n, lo, hi, es)
+    _barrier(a)
+    for k in range(nseg):
+        off = k * per
+        n = count - off if count - off < per else per
+        seg = buf + off * es
+        lo, hi = _slice_bounds(n, a, es, leaders)
+        p = a.epoch & 1
+        q = p ^ 1
+        if hi > lo:
+            _reduce(a, p, lo, hi - lo, dtype, op, seg + lo * es, _result(a, q) + lo * es,
+                    NULL if has_cross else seg + lo * es)
+            if talk and err == 0:
+                err = cross_fn(_result(a, q) + lo * es, hi - lo, dtype, op, cross, s)
+            if has_cross:
+                memcpy(seg + lo * es, _result(a, q) + lo * es, (hi - lo) * es)
+        if k + 1 < nseg:
+            nn = count - off - per if count - off - per < per else per
+            nlo, nhi = _slice_bounds(nn, a, es, leaders)
+            _copy_except(_slot(a, a.me, q), seg + per * es, nn, nlo, nhi, es)
+        _barrier(a)          # every rank passes it even after an error, so none is left waiting
+        _copy_except(seg, _result(a, q), n, lo, hi, es)
+    return err
+
+
+cdef inline (size_t, size_t) _slice_bounds(size_t n, ShmArea* a, size_t es, bint leaders) noexcept nogil:
+    """This rank's part of an n-element segment: its 1/L slice, or (by the leader) all of it."""
+    cdef size_t none = 0
+    if leaders:
+        if a.me == 0:
+            return none, n
+        return none, none
+    return _slice_start(n, a.L, a.me, es), _slice_start(n, a.L, a.me + 1, es)
+
+
+cdef size_t shm_fused_capacity(ShmArea* a) noexcept nogil:
+    return a.slot_bytes if a.base != NULL and a.L > 1 else 0
+
+
+cdef char* shm_fused_input(ShmArea* a) noexcept nogil:
+    return _slot(a, a.me, (a.epoch + 1) & 1)
+
+
+cdef int shm_fused_reduce(ShmArea* a, size_t count, int dtype, int op) noexcept nogil:
+    cdef size_t es = dtype_size(dtype), lo, hi
+    cdef int p = (a.epoch + 1) & 1
+    _barrier(a)
+    a.fused_parity = p
+    a.fused_sliced = count * es > a.redundant_max
+    if a.fused_sliced:
+        lo = _slice_start(count, a.L, a.me, es)
+        hi = _slice_start(count, a.L, a.me + 1, es)
+        _reduce(a, p, lo, hi - lo, dtype, op, NULL, _result(a, p ^ 1) + lo * es, NULL)
+        _barrier(a)
+        a.fused_parity = p ^ 1
+    return 0
+
+
+cdef void shm_fused_output(ShmArea* a, size_t offset, size_t count, int dtype, int op,
+                           char* dst) noexcept nogil:
+    cdef size_t es = dtype_size(dtype)
+    if a.fused_sliced:
+        memcpy(dst, _result(a, a.fused_parity) + offset * es, count * es)
+    else:
+        _reduce(a, a.fused_parity, offset, count, dtype, op, NULL, dst, NULL)
+
+
+cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t slot_bytes,
+                       size_t redundant_max, bint enabled) except -1:
+    from mpi4py import MPI
+    cdef int L = local.Get_size(), me = local.Get_rank(), fd = -1
+    cdef size_t seg = (seg_bytes + LINE - 1) // LINE * LINE, total = 0
+    cdef size_t slot = (slot_bytes + LINE - 1) // LINE * LINE
+    cdef void* base = MAP_FAILED
+    memset(a, 0, sizeof(ShmArea))
+    a.L, a.me, a.redundant_max = L, me, redundant_max
+    why = ""
+    if not enabled:
+        shm_set_why(a, "disabled (HVLITE_SHM=0)")
+        return 0
+    if L == 1:
+        return 0                 # nothing to share; shm_allreduce needs no segment
+    shared = local.Split_type(MPI.COMM_TYPE_SHARED, key=me)
+    same_host = shared.Get_size() == L
+    shared.Free()
+    if not same_host:
+        shm_set_why(a, "the node's ranks do not share memory")
+        return 0
+    name = b""
+    if me == 0:
+        _names[0] += 1
+        name = f"/hvlite-{os.getpid()}-{_names[0]}".encode()
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0o600)
+        if fd < 0:
+            why = f"shm_open({name.decode()}): {os.strerror(errno)}"
+        if slot < seg:
+            slot = seg
+        while fd >= 0:
+            total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * slot
+            # Reserve the pages now: a short /dev/shm fails here, not with SIGBUS mid-collective.
+            if ftruncate(fd, total) == 0 and posix_fallocate(fd, 0, total) == 0:
+                break
+            if slot // 2 < MIN_SEG:
+                why = f"/dev/shm has no room for {total} bytes"
+                close(fd)
+                shm_unlink(name)
+                fd = -1
+                break
+            slot //= 2
+            seg = seg if seg <= slot else slot
+    name, seg, slot, why = local.bcast((name, seg, slot, why) if me == 0 else None, root=0)
+    total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * slot
+    if not why:
+        if me != 0:
+            fd = shm_open(name, O_RDWR, 0o600)
+        if fd >= 0:
+            base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+            close(fd)
+        if base == MAP_FAILED:
+            why = f"mapping {name.decode()}: {os.strerror(errno)}"
+    failed = local.allgather(why)
+    if me == 0 and name:
+        shm_unlink(name)     # every rank has it mapped (or gave up): the name is no longer needed
+    why = next((w for w in failed if w), "")
+    if why:
+        if base != MAP_FAILED:
+            munmap(base, total)
+        shm_set_why(a, why)
+        return 0
+    a.base, a.map_bytes, a.seg, a.slot_bytes = <char*>base, total, seg, slot
+    return 0
+
+
+cdef void shm_set_why(ShmArea* a, str why):
+    b = why.encode()[:159]
+    strncpy(a.why, b, 159)
+
+
+cdef void shm_close_area(ShmArea* a) noexcept nogil:
+    if a.base != NULL:
+        munmap(a.base, a.map_bytes)
+        a.base = NULL
+

@@ -1,0 +1,83 @@
+"""Rank side: the shared segment's life cycle and the shm path under the coordinator."""
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hvlite as hvd
+from helpers import assert_everywhere, expect_raise_everywhere
+
+hvd.init()
+N, RANK = hvd.size(), hvd.rank()
+INFO = hvd._current().engine.shm_info()
+ENABLED = os.environ.get("HVLITE_SHM", "1") != "0"
+
+
+def test_segment_is_mapped_and_already_unlinked():
+    failures = []
+    names = [e for e in os.listdir("/dev/shm") if e.startswith("hvlite-")]
+    if names:
+        failures.append(f"rank {RANK}: left in /dev/shm: {names}")
+    maps = [line for line in open("/proc/self/maps") if "/hvlite-" in line]
+    if ENABLED and hvd.local_size() > 1:
+        if not INFO["available"]:
+            failures.append(f"rank {RANK}: no segment: {INFO['why']}")
+        # Engine and coordinator each map one; both names are gone already.
+        if len({line.split()[-2] for line in maps}) != 2 or not all("(deleted)" in m for m in maps):
+            failures.append(f"rank {RANK}: mappings {maps}")
+    elif maps:
+        failures.append(f"rank {RANK}: mapped without a segment: {maps}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.skipif(ENABLED, reason="checks the refusal with HVLITE_SHM=0")
+def test_disabled_is_a_named_error():
+    x = np.ones(5, np.float32)
+    expect_raise_everywhere(lambda: hvd.allreduce(x, algorithm="shm"), ValueError, "shm", "unavailable")
+
+
+@pytest.mark.parametrize("algorithm", ["shm", "auto"])
+def test_many_fused_cycles(algorithm):
+    """Many rounds of mixed sizes through the coordinator: fused batches packed into the
+    segment (up to the slot size), tensors larger than a slot, joined with others submitted in
+    a different order on every rank; every result against NumPy, in every dtype class."""
+    if algorithm == "shm" and not ENABLED:
+        pytest.skip("HVLITE_SHM=0: only auto runs (over point-to-point)")
+    rng = np.random.default_rng(7)
+    slot = MPI.COMM_WORLD.allreduce(INFO["slot_bytes"], op=MPI.MAX) or (1 << 20)
+    sizes = [0, 1, 3, 1000, 4099, slot // 4 + 1, slot // 4 * 2 + 5, 97]
+    failures = []
+    for step in range(25):
+        dtypes = [np.float32, np.int64, np.float64]
+        tensors = []
+        for i, count in enumerate(sizes):
+            dt = dtypes[(i + step) % 3]
+            base = rng.integers(-50, 50, size=(N, count)).astype(dt)   # same on every rank
+            tensors.append((f"s{step}.t{i}", base))
+        order = np.random.default_rng(RANK * 1000 + step).permutation(len(tensors))
+        handles = {}
+        for j in order:
+            name, base = tensors[j]
+            handles[name] = hvd.allreduce_async(base[RANK].copy(), op=hvd.Sum, name=name,
+                                                algorithm=algorithm)
+        for name, base in tensors:
+            got = handles[name].synchronize()
+            want = base.sum(axis=0).astype(base.dtype)
+            if got.dtype != want.dtype or not np.array_equal(got, want):
+                failures.append(f"{name} {base.dtype} size {base.shape[1]}: differs")
+    assert_everywhere(failures)
+
+
+def test_average_and_ops_in_the_segment():
+    failures = []
+    for op, fn in [(hvd.Average, lambda a: a.mean(axis=0)), (hvd.Max, lambda a: a.max(axis=0)),
+                   (hvd.Min, lambda a: a.min(axis=0)), (hvd.Product, lambda a: a.prod(axis=0))]:
+        base = (np.arange(N * 50).reshape(N, 50) % 3 + 1).astype(np.float64)
+        hs = [hvd.allreduce_async(base[RANK].copy(), op=op, name=f"op{int(op)}.{k}")
+              for k in range(4)]
+        for h in hs:
+            got = h.synchronize()
+            if not np.allclose(got, fn(base)):
+                failures.append(f"{op.name}: {got[:4]} != {fn(base)[:4]}")
+    assert_everywhere(failures)
