@@ -169,8 +169,12 @@ def init(comm=None, process_sets=None):
     ps.global_process_set._runtime = weakref.ref(rt)
     from hvlite import collectives
     collectives._bind_core()
-    for p in static or ():
-        ps.register(rt, p)
+    try:
+        for p in static or ():
+            ps.register(rt, p)
+    except BaseException:       # every rank fails alike: none is left half-initialized
+        shutdown()
+        raise
     if settings.timeline:
         from hvlite import timeline
         timeline.start_timeline(settings.timeline, settings.timeline_mark_cycles,

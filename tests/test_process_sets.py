@@ -12,3 +12,9 @@ def test_process_sets(mpirun, n):
 def test_horovod_alias_enables_dynamic_sets(mpirun):
     mpirun(2, "tests/mpi/mpi_process_sets.py", "-k", "objects or remove",
            env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}, timeout=120)
+
+
+def test_process_sets_need_thread_multiple(mpirun):
+    out = mpirun(2, "tests/mpi/psets_serialized.py", pytest_module=False, timeout=60,
+                 env={"HVLITE_MPI_THREAD_LEVEL": "serialized"})
+    assert out.count("REFUSED") == 2, out
