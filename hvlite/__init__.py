@@ -15,6 +15,8 @@ from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgument
                            MismatchError, MPIError, NotInitializedError, ShutdownError,
                            StallError)
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
+from hvlite.process_sets import (ProcessSet, add_process_set, global_process_set,
+                                 remove_process_set)
 from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
 from hvlite import timeline
 from hvlite.timeline import start_timeline, stop_timeline
@@ -22,10 +24,12 @@ from hvlite.timeline import start_timeline, stop_timeline
 __version__ = "0.1.0"
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Initialize hvlite (idempotent). `comm`: an mpi4py communicator to work on; COMM_WORLD
-    by default. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it."""
-    _init(comm)
+    by default. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it.
+    `process_sets`: ProcessSets to create at once (the same list on every rank), or "dynamic"
+    to allow add_process_set()/remove_process_set() later."""
+    _init(comm, process_sets)
 
 
 def rank():
@@ -71,7 +75,8 @@ __all__ = [
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
     "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
-    "synchronize", "Handle", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError",
 ]

@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 
 from hvlite import runtime
+from hvlite.process_sets import global_process_set, state_of
 from hvlite.config import ALGORITHMS
 from hvlite.errors import (DtypeError, InvalidArgumentError, MismatchError, MPIError,
                            ShutdownError, StallError)
@@ -48,12 +49,14 @@ class Handle:
     """An in-flight collective. `poll()` says whether it finished; `synchronize()` waits and
     returns its result (or raises what went wrong, on every rank involved)."""
 
-    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "_keep", "__weakref__")
+    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "_keep", "_where",
+                 "__weakref__")
 
-    def __init__(self, pending, finish, name, keep):
+    def __init__(self, pending, finish, name, keep, where=""):
         self._pending, self._finish, self.name = pending, finish, name
         self._done = False
         self._keep = keep          # the buffers the coordinator reads and writes, kept alive
+        self._where = where        # a process set's rank map, for messages that name ranks
 
     def poll(self):
         return self._done or self._pending.poll()
@@ -70,7 +73,7 @@ class Handle:
         self._done = True
         if p.status != 1:
             self._result = None
-            raise _error(p.error_kind, p.error, p.error_code)
+            raise _error(p.error_kind, p.error + self._where, p.error_code)
         self._result = self._finish(p)
         self._pending = self._keep = None
         return self._result
@@ -140,11 +143,12 @@ def _dtype_code(x, name, kind):
     return code
 
 
-def _submit(rt, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
+def _submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
             finish=None, check=None):
-    """Queue one request. `check()` runs the argument checks and returns the codes it found;
-    if it raises, a poisoned request goes out under the same name and this rank re-raises."""
-    name = name or rt.auto_name(_KIND[kind])
+    """Queue one request on the set `st`. `check()` runs the argument checks and returns the
+    codes it found; if it raises, a poisoned request goes out under the same name and this rank
+    re-raises."""
+    name = name or st.auto_name(_KIND[kind])
     shape = x.shape if x is not None else ()
     try:
         if check is not None:
@@ -154,16 +158,17 @@ def _submit(rt, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=No
                 splits = found[3]
     except (DtypeError, InvalidArgumentError) as e:
         c = code_of(x.dtype) if x is not None else 0
-        p = rt.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
+        p = st.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
                                   f"{type(e).__name__}: {e}")
         if isinstance(p, tuple):
             raise _error(*p) from None
         raise
-    p = rt.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
+    p = st.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
     if isinstance(p, tuple):
         raise _error(*p)
-    h = Handle(p, finish, name, (x, out))
-    rt.outstanding.add(h)
+    where = f" (process set {st.id}: ranks are positions in {st.ranks})" if st.id else ""
+    h = Handle(p, finish, name, (x, out), where)
+    st.outstanding.add(h)
     return h
 
 
@@ -186,65 +191,71 @@ def _allreduce_check(rt, x, op, algorithm, inplace):
     return check
 
 
-def allreduce_async(x, op=Average, name=None, algorithm=None):
-    """Start reducing `x` across all ranks into a new array; returns a Handle."""
+def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+    """Start reducing `x` across the set's ranks (all by default) into a new array; returns a
+    Handle."""
     rt = runtime.current()
+    st = state_of(rt, process_set, "allreduce")
     x = _contiguous(x)
     out = np.empty_like(x)
-    return _submit(rt, ALLREDUCE, name, x, out, finish=lambda p: out,
+    return _submit(st, ALLREDUCE, name, x, out, finish=lambda p: out,
                    check=_allreduce_check(rt, x, op, algorithm, False))
 
 
-def allreduce_async_(x, op=Average, name=None, algorithm=None):
+def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Start reducing the NumPy array `x` in place; returns a Handle."""
     rt = runtime.current()
+    st = state_of(rt, process_set, "allreduce_")
     if not isinstance(x, np.ndarray):
         raise InvalidArgumentError(
             f"allreduce_: in-place reduction needs a NumPy array, got {type(x).__name__}")
     if x.flags.c_contiguous:
-        return _submit(rt, ALLREDUCE, name, x, x, finish=lambda p: x,
+        return _submit(st, ALLREDUCE, name, x, x, finish=lambda p: x,
                        check=_allreduce_check(rt, x, op, algorithm, True))
     work = np.ascontiguousarray(x)
 
     def finish(p):
         x[...] = work
         return x
-    return _submit(rt, ALLREDUCE, name, work, work, finish=finish,
+    return _submit(st, ALLREDUCE, name, work, work, finish=finish,
                    check=_allreduce_check(rt, x, op, algorithm, True))
 
 
-def allreduce(x, op=Average, name=None, algorithm=None):
+def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Return a new array holding the reduction of `x` (anything array-like) across all ranks.
 
     op: hvlite.Sum, Average (default, as in Horovod), Min, Max or Product.
     algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "mpi" or "auto" (default from
-    HVLITE_ALLREDUCE_ALGORITHM).
+    HVLITE_ALLREDUCE_ALGORITHM). process_set: a hvlite.ProcessSet this rank belongs to.
     """
-    return allreduce_async(x, op, name, algorithm).synchronize()
+    return allreduce_async(x, op, name, algorithm, process_set).synchronize()
 
 
-def allreduce_(x, op=Average, name=None, algorithm=None):
-    """Reduce the NumPy array `x` in place across all ranks and return it."""
-    return allreduce_async_(x, op, name, algorithm).synchronize()
+def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+    """Reduce the NumPy array `x` in place across the set's ranks and return it."""
+    return allreduce_async_(x, op, name, algorithm, process_set).synchronize()
 
 
-def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None):
+def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None,
+                            process_set=global_process_set):
     """Start reducing a list of arrays as one group (negotiated and fused together)."""
-    rt = runtime.current()
-    base = name or rt.auto_name("grouped_allreduce")
-    return GroupHandle([allreduce_async(t, op, f"{base}.{i}", algorithm)
+    st = state_of(runtime.current(), process_set, "grouped_allreduce")
+    base = name or st.auto_name("grouped_allreduce")
+    return GroupHandle([allreduce_async(t, op, f"{base}.{i}", algorithm, process_set)
                         for i, t in enumerate(tensors)])
 
 
-def grouped_allreduce(tensors, op=Average, name=None, algorithm=None):
-    return grouped_allreduce_async(tensors, op, name, algorithm).synchronize()
+def grouped_allreduce(tensors, op=Average, name=None, algorithm=None,
+                      process_set=global_process_set):
+    return grouped_allreduce_async(tensors, op, name, algorithm, process_set).synchronize()
 
 
 # ---- allgather, broadcast, alltoall, reducescatter ------------------------------------------
 
-def allgather_async(x, name=None):
-    """Start concatenating every rank's `x` along the first dimension (which may differ by rank)."""
-    rt = runtime.current()
+def allgather_async(x, name=None, process_set=global_process_set):
+    """Start concatenating every rank's `x` along the first dimension (which may differ by
+    rank), in rank order (within a process set: in the order of its ranks)."""
+    st = state_of(runtime.current(), process_set, "allgather")
     x = _contiguous(x)
     if x.ndim == 0:
         x = x.reshape(1)
@@ -252,63 +263,71 @@ def allgather_async(x, name=None):
 
     def finish(p):
         return np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
-    return _submit(rt, ALLGATHER, name, x, finish=finish,
+    return _submit(st, ALLGATHER, name, x, finish=finish,
                    check=lambda n: (_dtype_code(x, n, "allgather"), 0, 0))
 
 
-def allgather(x, name=None):
-    return allgather_async(x, name).synchronize()
+def allgather(x, name=None, process_set=global_process_set):
+    return allgather_async(x, name, process_set).synchronize()
 
 
-def _root_check(rt, x, root_rank, kind, inplace=False):
+def _root(st, root_rank):
+    """The root's position in the set (0 for a bad root: the check reports it)."""
+    ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+    return max(st.position(int(root_rank)), 0) if ok else 0
+
+
+def _root_check(st, x, root_rank, kind, inplace=False):
     def check(name):
         code = _dtype_code(x, name, kind)
-        if not isinstance(root_rank, (int, np.integer)) or not 0 <= root_rank < rt.engine.size:
+        ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+        if not ok or st.position(int(root_rank)) < 0:
+            where = (f"of this job (0..{st.size - 1})" if st.id == 0 else
+                     f"in process set {st.id} (ranks {st.ranks})")
             raise InvalidArgumentError(f"{kind} {name!r}: root_rank {root_rank!r} is not a rank "
-                                       f"of this job (0..{rt.engine.size - 1})")
+                                       f"{where}")
         if inplace and not x.flags.writeable:
             raise InvalidArgumentError(f"{kind} {name!r}: the array is read-only")
         return code, 0, 0
     return check
 
 
-def broadcast_async(x, root_rank, name=None):
-    """Start copying root_rank's `x` to every rank, into a new array."""
-    rt = runtime.current()
+def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
+    """Start copying root_rank's `x` to every rank of the set, into a new array. root_rank is
+    a global rank (as in Horovod), and must belong to the set."""
+    st = state_of(runtime.current(), process_set, "broadcast")
     x = _contiguous(x)
     out = np.empty_like(x)
-    root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else 0
-    return _submit(rt, BROADCAST, name, x, out, root=root, finish=lambda p: out,
-                   check=_root_check(rt, x, root_rank, "broadcast"))
+    return _submit(st, BROADCAST, name, x, out, root=_root(st, root_rank), finish=lambda p: out,
+                   check=_root_check(st, x, root_rank, "broadcast"))
 
 
-def broadcast_async_(x, root_rank, name=None):
+def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
     """Start overwriting the NumPy array `x` with root_rank's, in place."""
-    rt = runtime.current()
+    st = state_of(runtime.current(), process_set, "broadcast_")
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
         raise InvalidArgumentError("broadcast_: needs a C-contiguous NumPy array")
-    root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else 0
-    return _submit(rt, BROADCAST, name, x, x, root=root, finish=lambda p: x,
-                   check=_root_check(rt, x, root_rank, "broadcast_", inplace=True))
+    return _submit(st, BROADCAST, name, x, x, root=_root(st, root_rank), finish=lambda p: x,
+                   check=_root_check(st, x, root_rank, "broadcast_", inplace=True))
 
 
-def broadcast(x, root_rank, name=None):
-    return broadcast_async(x, root_rank, name).synchronize()
+def broadcast(x, root_rank, name=None, process_set=global_process_set):
+    return broadcast_async(x, root_rank, name, process_set).synchronize()
 
 
-def broadcast_(x, root_rank, name=None):
-    return broadcast_async_(x, root_rank, name).synchronize()
+def broadcast_(x, root_rank, name=None, process_set=global_process_set):
+    return broadcast_async_(x, root_rank, name, process_set).synchronize()
 
 
-def alltoall_async(x, splits=None, name=None):
-    """Start sending splits[i] rows of `x` (along the first dimension) to rank i; without
-    splits, equal parts. The result is the received rows, in rank order; with splits given, the
-    handle's result is (rows, received_splits)."""
-    rt = runtime.current()
+def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
+    """Start sending splits[i] rows of `x` (along the first dimension) to rank i (within a
+    process set: to its i-th rank); without splits, equal parts. The result is the received
+    rows, in rank order; with splits given, the handle's result is (rows, received_splits)."""
+    st = state_of(runtime.current(), process_set, "alltoall")
     x = _contiguous(x)
     if x.ndim == 0:
         x = x.reshape(1)
-    n = rt.engine.size
+    n = st.size
     dtype, tail = x.dtype, x.shape[1:]
     given = splits is not None
 
@@ -330,43 +349,43 @@ def alltoall_async(x, splits=None, name=None):
     def finish(p):
         rows = np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
         return (rows, np.asarray(p.result_splits, dtype=np.int64)) if given else rows
-    return _submit(rt, ALLTOALL, name, x, check=check, finish=finish)
+    return _submit(st, ALLTOALL, name, x, check=check, finish=finish)
 
 
-def alltoall(x, splits=None, name=None):
-    return alltoall_async(x, splits, name).synchronize()
+def alltoall(x, splits=None, name=None, process_set=global_process_set):
+    return alltoall_async(x, splits, name, process_set).synchronize()
 
 
-def reducescatter_async(x, op=Average, name=None):
-    """Start reducing `x` across ranks and keeping this rank's block of rows (the first
+def reducescatter_async(x, op=Average, name=None, process_set=global_process_set):
+    """Start reducing `x` across the set's ranks and keeping this rank's block of rows (the first
     dimension split into size blocks, the first `rows % size` one row longer)."""
-    rt = runtime.current()
+    st = state_of(runtime.current(), process_set, "reducescatter")
     x = _contiguous(x)
     if x.ndim == 0:
         x = x.reshape(1)
-    n, r = rt.engine.size, rt.engine.rank
+    n, r = st.size, st.rank
     rows = x.shape[0] // n + (1 if r < x.shape[0] % n else 0)
     out = np.empty((rows,) + x.shape[1:], dtype=x.dtype)
 
     def check(name):
         return _dtype_code(x, name, "reducescatter"), int(as_op(op)), 0
-    return _submit(rt, REDUCESCATTER, name, x, out, check=check, finish=lambda p: out)
+    return _submit(st, REDUCESCATTER, name, x, out, check=check, finish=lambda p: out)
 
 
-def reducescatter(x, op=Average, name=None):
-    return reducescatter_async(x, op, name).synchronize()
+def reducescatter(x, op=Average, name=None, process_set=global_process_set):
+    return reducescatter_async(x, op, name, process_set).synchronize()
 
 
 # ---- barrier, join, objects ---------------------------------------------------------------
 
-def barrier_async():
-    rt = runtime.current()
-    return _submit(rt, BARRIER, None, None, finish=lambda p: None)
+def barrier_async(process_set=global_process_set):
+    st = state_of(runtime.current(), process_set, "barrier")
+    return _submit(st, BARRIER, None, None, finish=lambda p: None)
 
 
-def barrier():
-    """Wait until every rank has called barrier()."""
-    barrier_async().synchronize()
+def barrier(process_set=global_process_set):
+    """Wait until every rank of the set has called barrier()."""
+    barrier_async(process_set).synchronize()
 
 
 def join_async():
@@ -375,7 +394,8 @@ def join_async():
     for h in list(rt.outstanding):       # a joined rank holds no collectives of its own
         if isinstance(h, Handle):
             h.wait()
-    return _submit(rt, JOIN, rt.auto_name("join"), None, finish=lambda p: int(p.value))
+    st = rt.sets[0][1]            # join is global, as in Horovod
+    return _submit(st, JOIN, st.auto_name("join"), None, finish=lambda p: int(p.value))
 
 
 def join():
@@ -385,33 +405,35 @@ def join():
     return join_async().synchronize()
 
 
-def broadcast_object_async(obj, root_rank=0, name=None):
+def broadcast_object_async(obj, root_rank=0, name=None, process_set=global_process_set):
     rt = runtime.current()
-    name = name or rt.auto_name("broadcast_object")
-    mine = rt.engine.rank == root_rank
+    st = state_of(rt, process_set, "broadcast_object")
+    name = name or st.auto_name("broadcast_object")
+    mine = rt.rank == root_rank
     data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if mine else None
     first = broadcast_async(np.array([0 if data is None else data.size], np.int64), root_rank,
-                            name + ".size")
+                            name + ".size", process_set)
 
     def then(size):
-        got = broadcast(data if mine else np.empty(int(size[0]), np.uint8), root_rank, name + ".data")
+        got = broadcast(data if mine else np.empty(int(size[0]), np.uint8), root_rank,
+                        name + ".data", process_set)
         return obj if mine else pickle.loads(got.tobytes())
     return ChainHandle(first, then)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Pickle `obj` on root_rank and return the unpickled copy on every rank."""
-    return broadcast_object_async(obj, root_rank, name).synchronize()
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Pickle `obj` on root_rank and return the unpickled copy on every rank of the set."""
+    return broadcast_object_async(obj, root_rank, name, process_set).synchronize()
 
 
-def allgather_object_async(obj, name=None):
-    rt = runtime.current()
-    name = name or rt.auto_name("allgather_object")
+def allgather_object_async(obj, name=None, process_set=global_process_set):
+    st = state_of(runtime.current(), process_set, "allgather_object")
+    name = name or st.auto_name("allgather_object")
     data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    first = allgather_async(np.array([data.size], np.int64), name + ".size")
+    first = allgather_async(np.array([data.size], np.int64), name + ".size", process_set)
 
     def then(sizes):
-        blob = allgather(data, name + ".data").tobytes()
+        blob = allgather(data, name + ".data", process_set).tobytes()
         out, off = [], 0
         for s in sizes:
             out.append(pickle.loads(blob[off:off + int(s)]))
@@ -420,6 +442,7 @@ def allgather_object_async(obj, name=None):
     return ChainHandle(first, then)
 
 
-def allgather_object(obj, name=None):
-    """Pickle `obj` on every rank and return the list of all ranks' objects, in rank order."""
-    return allgather_object_async(obj, name).synchronize()
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Pickle `obj` on every rank of the set and return the list of their objects, in rank
+    order."""
+    return allgather_object_async(obj, name, process_set).synchronize()

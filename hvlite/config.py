@@ -37,6 +37,7 @@ class Settings:
     probe: bool = True             # measure alpha, beta, gamma at init() for algorithm="auto"
     autotune: bool = False         # tune fusion threshold and cycle time over the first steps
     autotune_log: str = ""         # CSV of every autotune trial (rank 0)
+    dynamic_process_sets: bool = False  # allow add/remove_process_set after init()
     alpha_intra: float = 2e-6      # cost model: seconds per message within a node
     beta_intra: float = 1 / 4e9    #   seconds per byte within a node
     alpha_inter: float = 10e-6     #   seconds per message between nodes
@@ -72,6 +73,7 @@ ALIASES = {
     "HVLITE_AUTOTUNE": "HOROVOD_AUTOTUNE",
     "HVLITE_AUTOTUNE_LOG": "HOROVOD_AUTOTUNE_LOG",
     "HVLITE_LOG_LEVEL": "HOROVOD_LOG_LEVEL",
+    "HVLITE_DYNAMIC_PROCESS_SETS": "HOROVOD_DYNAMIC_PROCESS_SETS",
 }
 
 
@@ -185,6 +187,7 @@ def load(env=None):
         probe=_bool(env, "HVLITE_PROBE", d.probe),
         autotune=_bool(env, "HVLITE_AUTOTUNE", d.autotune),
         autotune_log=env.get("HVLITE_AUTOTUNE_LOG", d.autotune_log) or "",
+        dynamic_process_sets=_bool(env, "HVLITE_DYNAMIC_PROCESS_SETS", d.dynamic_process_sets),
     )
     if env.get("HVLITE_STALL_CHECK_TIME_SECONDS") in (None, "") and \
             _bool(env, "HOROVOD_STALL_CHECK_DISABLE", False):

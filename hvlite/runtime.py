@@ -3,12 +3,13 @@
 hvlite keeps all of its state here; the module holds only a reference to the current runtime.
 """
 import atexit
+import dataclasses
 import sys
 import threading
 import weakref
 
 from hvlite import config as _config
-from hvlite.errors import NotInitializedError
+from hvlite.errors import InvalidArgumentError, NotInitializedError
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
@@ -63,27 +64,21 @@ class Runtime:
         if s.log_level in ("trace", "debug") and rank == 0:
             log_cost_model(self.engine.cost_model(), self.comm.Get_size(), leaders,
                            self.local.Get_size(), uniform, self.engine.shm_info()["available"])
-        # The coordinator gets communicators of its own: only its thread uses them.
-        from hvlite._core.coordinator import Coordinator
-        self._ccomms = (self.comm.Dup(), self.local.Dup(), self.cross.Dup())
-        self.coordinator = Coordinator(*self._ccomms, uniform, leaders, s.segment_bytes, model,
-                                       s.cycle_time_ms / 1000.0, s.fusion_threshold,
-                                       s.cache_capacity, s.stall_check_seconds,
-                                       s.stall_shutdown_seconds, s.fusion_tensor_limit,
-                                       s.shm_args())
-        self.outstanding = weakref.WeakSet()   # this rank's handles not yet synchronized
-        self.names = {}                        # per-collective counters for automatic names
-        self.thread = threading.Thread(target=self.coordinator.run, name="hvlite-coordinator",
-                                       daemon=True)
-        if s.autotune:
-            self.coordinator.autotune(log_path=s.autotune_log or None)
-        self.thread.start()
+        from hvlite import process_sets
+        self.rank, self.size = rank, self.comm.Get_size()
+        self.closed = False
+        self.dynamic_sets = s.dynamic_process_sets
+        state = process_sets.SetState(self, 0, list(range(self.size)), self.comm, self.local,
+                                      self.cross, autotune=s.autotune)
+        self.sets = {0: (state.ranks, state, [process_sets.global_process_set])}
+        self.next_set_id = 1
+        self.coordinator, self.thread = state.coordinator, state.thread
+        self.outstanding = state.outstanding   # this rank's handles not yet synchronized
+        self.names = state.names               # per-collective counters for automatic names
         self.timeline = None
 
     def auto_name(self, kind):
-        k = self.names.get(kind, 0)
-        self.names[kind] = k + 1
-        return f"{kind}.noname.{k}"
+        return self.sets[0][1].auto_name(kind)
 
     @property
     def thread_level_name(self):
@@ -97,11 +92,20 @@ class Runtime:
         has seen the stop, failing whatever is still pending), then free everything."""
         if self.timeline is not None:
             self.timeline.stop()
-        self.coordinator.stop()
-        self.thread.join()
+        self.closed = True
+        states = [entry[1] for entry in self.sets.values() if entry[1] is not None]
+        for state in states:        # every set's stop is under way before any is waited for
+            state.stop()
+        finalized = self.MPI.Is_finalized()
+        for state in states:
+            state.join(finalized)
+        for sid, (_, _, objects) in self.sets.items():
+            if sid:
+                for obj in objects:
+                    obj.invalidate()
         self.engine.close()
-        if not self.MPI.Is_finalized():
-            for c in self._ccomms + (self.cross, self.local, self.comm):
+        if not finalized:
+            for c in (self.cross, self.local, self.comm):
                 c.Free()
 
 
@@ -146,15 +150,33 @@ def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
           f"{crossovers(n, model, nodes, local_size, uniform, shm)}", file=sys.stderr, flush=True)
 
 
-def init(comm=None):
-    """Start hvlite on `comm` (an mpi4py communicator; COMM_WORLD by default). Idempotent."""
+def init(comm=None, process_sets=None):
+    """Start hvlite on `comm` (an mpi4py communicator; COMM_WORLD by default). Idempotent.
+    `process_sets`: ProcessSets (or rank lists) to create now, the same on every rank, or
+    "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1 does)."""
     global _current
     if _current is not None:
         return _current
     settings = _config.load()
-    _current = Runtime(comm, settings)
+    from hvlite import process_sets as ps
+    static = process_sets
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise InvalidArgumentError(f"init(process_sets={process_sets!r}): use a list of "
+                                       "process sets or \"dynamic\"")
+        settings = dataclasses.replace(settings, dynamic_process_sets=True)
+        static = None
+    _current = rt = Runtime(comm, settings)
+    ps.global_process_set.ranks = list(range(rt.size))
+    ps.global_process_set._runtime = weakref.ref(rt)
     from hvlite import collectives
     collectives._bind_core()
+    try:
+        for p in static or ():
+            ps.register(rt, p)
+    except BaseException:       # every rank fails alike: none is left half-initialized
+        shutdown()
+        raise
     if settings.timeline:
         from hvlite import timeline
         timeline.start_timeline(settings.timeline, settings.timeline_mark_cycles,

@@ -62,3 +62,13 @@ def test_autotune_and_probe_settings():
     assert (s.autotune, s.autotune_log, s.probe, s.log_level) == (True, "a.csv", False, "debug")
     with pytest.raises(ConfigError, match="HVLITE_LOG_LEVEL"):
         load({"HVLITE_LOG_LEVEL": "loud"})
+
+
+def test_dynamic_process_sets_setting():
+    assert load({}).dynamic_process_sets is False
+    assert load({"HVLITE_DYNAMIC_PROCESS_SETS": "1"}).dynamic_process_sets is True
+    assert load({"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}).dynamic_process_sets is True
+    assert load({"HOROVOD_DYNAMIC_PROCESS_SETS": "1",
+                 "HVLITE_DYNAMIC_PROCESS_SETS": "0"}).dynamic_process_sets is False
+    with pytest.raises(ConfigError, match="HOROVOD_DYNAMIC_PROCESS_SETS"):
+        load({"HOROVOD_DYNAMIC_PROCESS_SETS": "maybe"})

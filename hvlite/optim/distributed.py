@@ -8,19 +8,28 @@ overlapped with the backward pass.
         opt.step()                                # waits for what is still in flight, applies
 
 Every rank must report the same names each step (any order). With backward_passes_per_step=k,
-gradients are summed locally over k micro-batches and averaged across ranks once.
+gradients are summed locally over k micro-batches and averaged across ranks once. With
+process_set=, gradients are averaged over that set's ranks only; a rank outside the set steps on
+its own gradients, without communication (as in Horovod).
 """
 import numpy as np
 
-from hvlite import collectives, timeline
+from hvlite import collectives, runtime, timeline
 from hvlite.ops import Average
+from hvlite.process_sets import global_process_set, state_of
 
 
 class DistributedOptimizer:
     def __init__(self, optimizer, params, op=Average, backward_passes_per_step=1,
-                 compression=None, prefix="grad."):
+                 compression=None, prefix="grad.", process_set=global_process_set):
         if backward_passes_per_step < 1:
             raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        self.process_set = process_set
+        self._member = True
+        if process_set is not None and process_set is not global_process_set:
+            # an unregistered or removed set fails here, with the reason
+            self._member = state_of(runtime.current(), process_set, "DistributedOptimizer",
+                                    outsider_ok=True) is not None
         self.optimizer, self.params = optimizer, params
         self.op, self.k, self.prefix = op, backward_passes_per_step, prefix
         self.compression = compression
@@ -56,9 +65,14 @@ class DistributedOptimizer:
             self._handles[name] = self._launch(name, total)
 
     def _launch(self, name, grad):
+        if not self._member:
+            return _Local(grad)
+        ps = self.process_set
+        extra = {} if ps is None or ps is global_process_set else {"process_set": ps}
         if self.compression is not None:
-            return self.compression.allreduce_async(grad, name=self.prefix + name, op=self.op)
-        return collectives.allreduce_async_(grad, op=self.op, name=self.prefix + name)
+            return self.compression.allreduce_async(grad, name=self.prefix + name, op=self.op,
+                                                    **extra)
+        return collectives.allreduce_async_(grad, op=self.op, name=self.prefix + name, **extra)
 
     def synchronize(self):
         """Wait for every gradient in flight; returns {name: averaged gradient}."""
@@ -93,6 +107,16 @@ class DistributedOptimizer:
     @lr.setter
     def lr(self, value):
         self.optimizer.lr = value
+
+
+class _Local:
+    """A rank outside the optimizer's process set: its own gradient, no communication."""
+
+    def __init__(self, grad):
+        self.grad = grad
+
+    def synchronize(self):
+        return self.grad
 
 
 class LocalSGD:

@@ -1,0 +1,266 @@
+"""Process sets: subsets of the ranks that run collectives among themselves, concurrently with
+the global set and with each other, as in Horovod.
+
+    evens = hvd.add_process_set([0, 2])          # every rank, in the same order
+    hvd.allreduce(x, process_set=evens)          # ranks 0 and 2 only
+
+Each set a rank belongs to has communicators of its own and a coordinator of its own (queue,
+negotiation table, response cache, fusion buffer), on a thread of its own. A round is a blocking
+collective over the set's ranks; sets sharing one thread would wait on each other in whatever
+order each rank happened to reach them, and ranks that own different sets would deadlock. On
+separate threads a set waits only for its own members, and an idle set sleeps.
+"""
+import threading
+import weakref
+
+import numpy as np
+
+from hvlite import runtime
+from hvlite.errors import InvalidArgumentError
+
+
+class ProcessSet:
+    """Ranks (of the global communicator) that run collectives together. Make one from a list
+    of ranks, then pass it to hvlite.init(process_sets=[...]) or hvlite.add_process_set()."""
+
+    process_set_id = None
+    ranks = None
+
+    def __init__(self, ranks):
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise InvalidArgumentError(f"ProcessSet needs a list of ranks, got {ranks!r}")
+        ranks = list(ranks)
+        bad = [r for r in ranks if not isinstance(r, (int, np.integer)) or isinstance(r, bool)]
+        if bad:
+            raise InvalidArgumentError(f"ProcessSet: ranks must be integers, got {bad!r}")
+        ranks = sorted(int(r) for r in ranks)
+        dups = sorted({r for r in ranks if ranks.count(r) > 1})
+        if dups:
+            raise InvalidArgumentError(f"ProcessSet: rank(s) {dups} listed more than once")
+        self.ranks = ranks
+        self._runtime = None
+
+    def _live(self):
+        """The runtime this set is registered with, or None once removed or shut down."""
+        rt = self._runtime() if self._runtime is not None else None
+        if self.process_set_id is None or rt is None or rt.closed:
+            return None
+        return rt
+
+    def size(self):
+        """Number of ranks in the set; None when it is not registered."""
+        return len(self.ranks) if self._live() else None
+
+    def included(self):
+        """Whether this rank belongs to the set; None when it is not registered."""
+        rt = self._live()
+        return None if rt is None else rt.rank in self.ranks
+
+    def rank(self):
+        """This rank's position in the set (the index into allgather's result); None when the
+        set is not registered. Collectives still take global ranks (broadcast's root_rank)."""
+        rt = self._live()
+        if rt is None:
+            return None
+        if rt.rank not in self.ranks:
+            raise InvalidArgumentError(f"rank {rt.rank} is not part of process set "
+                                       f"{self.process_set_id} (ranks {self.ranks})")
+        return self.ranks.index(rt.rank)
+
+    def invalidate(self):
+        self.process_set_id = None
+        self._runtime = None
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+class SetState:
+    """One set on a rank that belongs to it: its communicators, coordinator and thread, and the
+    counters behind automatic tensor names (each set names its own tensors)."""
+
+    def __init__(self, rt, set_id, ranks, comm, local, cross, autotune=False):
+        from hvlite._core.coordinator import Coordinator
+        s = rt.settings
+        self.id, self.ranks = set_id, ranks
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        local_sizes = comm.allgather(local.Get_size())
+        leaders = comm.allreduce(1 if local.Get_rank() == 0 else 0)
+        # The coordinator gets communicators of its own: only its thread uses them.
+        self.comms = (comm.Dup(), local.Dup(), cross.Dup())
+        self.coordinator = Coordinator(*self.comms, len(set(local_sizes)) == 1, leaders,
+                                       s.segment_bytes, rt.cost_model, s.cycle_time_ms / 1000.0,
+                                       s.fusion_threshold, s.cache_capacity,
+                                       s.stall_check_seconds, s.stall_shutdown_seconds,
+                                       s.fusion_tensor_limit, s.shm_args())
+        if autotune:
+            self.coordinator.autotune(log_path=s.autotune_log or None)
+        self.outstanding = weakref.WeakSet()   # this rank's handles not yet synchronized
+        self.names = {}
+        self.owned = ()                        # the set's own communicators (not the global set)
+        self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
+                                       name=f"hvlite-coordinator-{set_id}")
+        self.thread.start()
+
+    def auto_name(self, kind):
+        k = self.names.get(kind, 0)
+        self.names[kind] = k + 1
+        return f"{kind}.noname.{k}"
+
+    def position(self, global_rank):
+        """The set-relative rank of a global rank, or -1 when it is not in the set."""
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            return -1
+
+    def stop(self):
+        """Ask the coordinator to stop; it does so once every member has asked (a collective)."""
+        self.coordinator.stop()
+
+    def join(self, finalized):
+        self.thread.join()
+        if not finalized:
+            for c in self.comms + self.owned:
+                c.Free()
+
+
+_DYNAMIC = ("set HVLITE_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1), or call "
+            "hvlite.init(process_sets=\"dynamic\"), to {} process sets after init(); static sets "
+            "go to init(process_sets=[...])")
+
+
+def add_process_set(process_set):
+    """Create a process set from a ProcessSet or a list of ranks and return the ProcessSet.
+    Every rank calls it, in the same order; needs dynamic process sets."""
+    rt = runtime.current()
+    if not rt.dynamic_sets:
+        raise InvalidArgumentError("add_process_set: " + _DYNAMIC.format("add"))
+    return register(rt, process_set)
+
+
+def remove_process_set(process_set):
+    """Remove a process set on every rank (all call it, in the same order); returns whether it
+    was removed. The global set is never removed (False), as in Horovod."""
+    rt = runtime.current()
+    if process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0:
+        return False
+    if not rt.dynamic_sets:
+        raise InvalidArgumentError("remove_process_set: " + _DYNAMIC.format("remove"))
+    return unregister(rt, process_set)
+
+
+def process_sets():
+    """The registered sets, by id (the global set first)."""
+    rt = runtime.current()
+    return [rt.sets[sid][2][0] for sid in sorted(rt.sets)]
+
+
+def _problem(ranks, n):
+    """What is wrong with a rank list for a job of n ranks, or None."""
+    if not ranks:
+        return "a process set needs at least one rank"
+    out = [r for r in ranks if not 0 <= r < n]
+    if out:
+        return f"rank(s) {out} are not ranks of this job (0..{n - 1})"
+    return None
+
+
+def register(rt, ps):
+    """Create the set on every rank (all ranks call it, in the same order). Returns its id."""
+    if not isinstance(ps, ProcessSet):
+        ps = ProcessSet(ps)
+    if ps._live() is rt:
+        raise InvalidArgumentError(f"{ps} is already registered")
+    if rt.thread_level != rt.MPI.THREAD_MULTIPLE:
+        raise InvalidArgumentError(
+            f"process sets need MPI_THREAD_MULTIPLE (each set's coordinator calls MPI from its own "
+            f"thread); MPI runs at {rt.thread_level_name}: set HVLITE_MPI_THREAD_LEVEL=multiple")
+    ranks = ps.ranks
+    mine = _problem(ranks, rt.size)
+    if mine is None:
+        for sid, entry in rt.sets.items():
+            if entry[0] == ranks:
+                mine = f"process set {sid} already has ranks {ranks}"
+    views = rt.comm.allgather((ranks, mine))
+    if any(v != ranks for v, _ in views):
+        raise InvalidArgumentError(
+            "add_process_set: ranks disagree on the set: " +
+            ", ".join(f"rank {r}: {views[r][0]}" for r in range(rt.size)) +
+            " (every rank must add the same sets in the same order)")
+    problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(views) if p]
+    if problems:
+        raise InvalidArgumentError(f"add_process_set({ranks}) failed: " + "; ".join(problems))
+    MPI = rt.MPI
+    group = rt.comm.Get_group()
+    sub = group.Incl(ranks)
+    comm = rt.comm.Create(sub)
+    sub.Free()
+    group.Free()
+    set_id = rt.next_set_id
+    rt.next_set_id += 1
+    state = None
+    if comm != MPI.COMM_NULL:
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        key = comm.Get_rank()
+        if rt.settings.local_size:
+            local = comm.Split(rt.rank // rt.settings.local_size, key)
+        else:
+            local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=key)
+        cross = comm.Split(local.Get_rank(), key)
+        state = SetState(rt, set_id, ranks, comm, local, cross)
+        state.owned = (cross, local, comm)
+    rt.sets[set_id] = (ranks, state, [ps])
+    ps.process_set_id = set_id
+    ps._runtime = weakref.ref(rt)
+    return ps
+
+
+def unregister(rt, ps):
+    """Remove the set on every rank (all ranks call it, in the same order). False for the global
+    set and for sets that are not registered, as in Horovod."""
+    if not isinstance(ps, ProcessSet):
+        raise InvalidArgumentError(f"remove_process_set needs a ProcessSet, got {ps!r}")
+    set_id = ps.process_set_id if ps._live() is rt else None
+    if set_id == 0 or (ps is global_process_set):
+        return False
+    views = rt.comm.allgather(set_id)
+    if len(set(views)) > 1:
+        raise InvalidArgumentError(
+            "remove_process_set: ranks disagree on the set: " +
+            ", ".join(f"rank {r}: {v}" for r, v in enumerate(views)) +
+            " (every rank must remove the same sets in the same order)")
+    if set_id is None:
+        return False
+    _, state, objects = rt.sets.pop(set_id)
+    if state is not None:
+        for h in list(state.outstanding):    # this rank's own work on the set finishes first
+            h.wait()
+        state.stop()
+        state.join(rt.MPI.Is_finalized())
+    for obj in objects:
+        obj.invalidate()
+    return True
+
+
+def state_of(rt, process_set, what, outsider_ok=False):
+    """The SetState to run `what` on, or a clear error: not a set, removed, not a member
+    (with outsider_ok, None for a set this rank is not in)."""
+    if process_set is None or process_set is global_process_set:
+        return rt.sets[0][1]
+    if not isinstance(process_set, ProcessSet):
+        raise InvalidArgumentError(f"{what}: process_set must be a hvlite.ProcessSet, "
+                                   f"got {process_set!r}")
+    if process_set._live() is not rt:
+        raise InvalidArgumentError(
+            f"{what}: process set {process_set.ranks} is not registered (it was removed, or never "
+            "added with hvlite.add_process_set() or hvlite.init(process_sets=[...]))")
+    state = rt.sets[process_set.process_set_id][1]
+    if state is None and not outsider_ok:
+        raise InvalidArgumentError(f"{what}: rank {rt.rank} is not part of process set "
+                                   f"{process_set.process_set_id} (ranks {process_set.ranks})")
+    return state
