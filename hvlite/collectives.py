@@ -182,8 +182,11 @@ def _allreduce_check(rt, x, op, algorithm, inplace):
     return check
 
 
-def allreduce_async(x, op=Average, name=None, algorithm=None):
-    """Start reducing `x` across all ranks into a new array; returns a Handle."""
+def allreduce_async(x, op=Average, name=None, algorithm=None, compression=None):
+    """Start reducing `x` across all ranks into a new array; returns a Handle. With
+    `compression` (an hvlite.compression.Compression entry) the compressor runs the exchange."""
+    if compression is not None:
+        return compression.allreduce_async(x, op=op, name=name)
     rt = runtime.current()
     x = _contiguous(x)
     out = np.empty_like(x)
@@ -209,14 +212,15 @@ def allreduce_async_(x, op=Average, name=None, algorithm=None):
                    check=_allreduce_check(rt, x, op, algorithm, True))
 
 
-def allreduce(x, op=Average, name=None, algorithm=None):
+def allreduce(x, op=Average, name=None, algorithm=None, compression=None):
     """Return a new array holding the reduction of `x` (anything array-like) across all ranks.
 
     op: hvlite.Sum, Average (default, as in Horovod), Min, Max or Product.
     algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "mpi" or "auto" (default from
     HVLITE_ALLREDUCE_ALGORITHM).
+    compression: e.g. hvlite.compression.Compression.fp16 (see hvlite.compression).
     """
-    return allreduce_async(x, op, name, algorithm).synchronize()
+    return allreduce_async(x, op, name, algorithm, compression).synchronize()
 
 
 def allreduce_(x, op=Average, name=None, algorithm=None):

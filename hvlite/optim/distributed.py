@@ -23,6 +23,9 @@ class DistributedOptimizer:
             raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
         self.optimizer, self.params = optimizer, params
         self.op, self.k, self.prefix = op, backward_passes_per_step, prefix
+        if compression is not None and not callable(getattr(compression, "allreduce_async", None)):
+            raise TypeError(f"compression must be an hvlite.compression compressor (e.g. "
+                            f"Compression.fp16), got {compression!r}")
         self.compression = compression
         self._acc = {}             # name -> locally summed gradient
         self._count = {}           # name -> micro-batches accumulated
