@@ -31,6 +31,11 @@ class PowerSGD(Compressor):
             raise InvalidArgumentError(f"powersgd: rank must be an integer >= 1, got {rank!r}")
         super().__init__(rank=int(rank), min_compression=min_compression, seed=seed)
 
+    def residual(self, name):
+        """This tensor's error-feedback residual (as its matrix), or None."""
+        st = self.state.get(name)
+        return None if st is None else st["e"]
+
     def matrix_shape(self, shape):
         """(rows, cols) the tensor is compressed as, or None when it goes dense."""
         if len(shape) < 2:
