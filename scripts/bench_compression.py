@@ -135,6 +135,9 @@ def summarize(rows):
     return out
 
 
+FLOOR = 95.0
+
+
 def plot(path):
     import matplotlib
     matplotlib.use("Agg")
@@ -147,11 +150,13 @@ def plot(path):
     for ax, (lr, mom) in zip(axes[0], recipes):
         for n, marker in ((2, "o"), (4, "s")):
             pts = [r for r in digits if r["ranks"] == n and (r["lr"], r["momentum"]) == (lr, mom)]
-            ax.scatter([r["payload_bytes"] for r in pts], [100 * r["accuracy"] for r in pts],
-                       marker=marker, label=f"{n} ranks")
-            for r in pts:
-                ax.annotate(r["method"], (r["payload_bytes"], 100 * r["accuracy"]), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+            ys = [max(100 * r["accuracy"], FLOOR) for r in pts]      # diverged: on the floor
+            ax.scatter([r["payload_bytes"] for r in pts], ys, marker=marker, label=f"{n} ranks")
+            for r, y in zip(pts, ys):
+                label = r["method"] + (" (diverged)" if y == FLOOR else "")
+                ax.annotate(label, (r["payload_bytes"], y), fontsize=7, xytext=(3, 3 + 8 * (n == 4)),
+                            textcoords="offset points")
+        ax.set_ylim(FLOOR - 0.3, 99.2)
         ax.set_xscale("log")
         ax.set_xlabel("bytes sent per rank per step (payload)")
         ax.set_ylabel("test accuracy (%), mean over seeds")
