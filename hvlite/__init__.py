@@ -17,6 +17,7 @@ from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgument
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
 from hvlite import timeline
+from hvlite.compression import Compression
 from hvlite.timeline import start_timeline, stop_timeline
 
 __version__ = "0.1.0"
@@ -71,7 +72,7 @@ __all__ = [
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
     "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
-    "synchronize", "Handle", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "synchronize", "Handle", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError",
 ]

@@ -4,7 +4,7 @@ import numpy as np
 
 from hvlite import collectives
 from hvlite.compression.base import Compressor, Then
-from hvlite.errors import DtypeError
+from hvlite.errors import DtypeError, InvalidArgumentError
 
 
 class NoCompression(Compressor):
@@ -36,9 +36,16 @@ class Cast(Compressor):
     """Cast to a 2-byte float for the wire and back; `dtype`: "float16" or "bfloat16"."""
 
     def __init__(self, dtype="float16"):
+        if dtype not in ("float16", "bfloat16"):
+            raise InvalidArgumentError(f"cast compression: dtype must be 'float16' or "
+                                       f"'bfloat16', got {dtype!r}")
         super().__init__(dtype=dtype)
-        self.wire = _bf16() if dtype == "bfloat16" else np.dtype(dtype)
         self.method = "fp16" if dtype == "float16" else "bf16"
+
+    @property
+    def wire(self):
+        """The dtype on the wire (bfloat16 is looked up when first used: ml_dtypes is optional)."""
+        return _bf16() if self.options["dtype"] == "bfloat16" else np.dtype(np.float16)
 
     def compress(self, x, name=None):
         x = np.asarray(x)

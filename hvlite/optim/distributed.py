@@ -8,7 +8,9 @@ overlapped with the backward pass.
         opt.step()                                # waits for what is still in flight, applies
 
 Every rank must report the same names each step (any order). With backward_passes_per_step=k,
-gradients are summed locally over k micro-batches and averaged across ranks once.
+gradients are summed locally over k micro-batches and averaged across ranks once. With
+compression=Compression.<method> (hvlite.compression) each gradient goes through that
+compressor, which keeps its error-feedback state under the gradient's name.
 """
 import numpy as np
 

@@ -90,6 +90,13 @@ def test_compressed_allreduce_equals_the_reference_from_the_same_payloads(method
     assert_everywhere(failures)
 
 
+def test_none_passes_any_dtype_and_op_through_and_hvlite_exports_compression():
+    assert hvd.Compression is Compression
+    x = np.arange(10, dtype=np.int64) * (RANK + 1)
+    got = hvd.allreduce(x, op=hvd.Max, name="none.int", compression=Compression.none)
+    assert got.dtype == np.int64 and np.array_equal(got, np.arange(10) * N)
+
+
 def test_async_handles_and_stats_count_the_bytes_sent():
     c = Compression.topk(ratio=0.1)
     for step in range(2):
