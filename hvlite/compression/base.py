@@ -23,19 +23,6 @@ from hvlite.ops import Average, Sum, as_op
 from hvlite.compression import accounting as _stats
 
 
-class Done:
-    """A handle that is already finished (a result computed without communication)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def poll(self):
-        return True
-
-    def synchronize(self):
-        return self.value
-
-
 class Then:
     """Handles in flight and the function that turns their results into the reduced array."""
 
@@ -79,6 +66,7 @@ class Compressor:
     method = "none"
     stateful = False              # keeps per-tensor state (needs a stable name per tensor)
     lossy = True                  # refuses integer tensors and ops other than Sum/Average
+    first_kind = collectives.ALLREDUCE   # the collective a method starts with, under `name`
 
     def __init__(self, **options):
         self.options = options
@@ -133,8 +121,6 @@ class Compressor:
         h = self._reduce(x, label, as_op(op), rt.engine.size)
         _stats.span(rt, self.method, label, t0)
         return h
-
-    first_kind = collectives.ALLREDUCE   # the collective a method starts with, under `name`
 
     def account(self, name, dense, payload_bytes, kind, n):
         _stats.record(self.method, name, dense, payload_bytes, wire_bytes(kind, payload_bytes, n),
