@@ -6,6 +6,7 @@ import numpy as np
 
 from hvlite import collectives
 from hvlite.compression.base import (Compressor, Then, check_headers, gathered_chunks, header)
+from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average
 
 
@@ -25,15 +26,28 @@ class Sign(Compressor):
     stateful = True
     first_kind = collectives.ALLGATHER
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, momentum=0.0):
+        if not 0.0 <= momentum < 1.0:
+            raise InvalidArgumentError(f"sign: momentum must be in [0, 1), got {momentum!r}")
+        super().__init__(momentum=momentum)
+        self.velocity = {}
+
+    def _momentum(self, g, name):
+        """With momentum, the residual accumulates a local velocity (use SGD without momentum)."""
+        m = self.options["momentum"]
+        if not m:
+            return g
+        u = self.velocity.get(name)
+        u = g.copy() if u is None or u.shape != g.shape else m * u + g
+        self.velocity[name] = u
+        return u
 
     def residual(self, name):
         return self.state.get(name)
 
     def compress(self, x, name):
         x = np.asarray(x)
-        g = x.ravel()
+        g = self._momentum(x.ravel(), name)
         e = self.state.get(name)
         p = g + e if e is not None and e.shape == g.shape else g.copy()
         scale = np.abs(p).mean(dtype=np.float64).astype(x.dtype).reshape(1)

@@ -102,6 +102,19 @@ def test_topk_momentum_correction_accumulates_velocity_and_clears_what_was_sent(
         assert np.array_equal(c.residual("w"), v)
 
 
+def test_sign_momentum_feeds_the_velocity_through_error_feedback():
+    c = Compression.sign(momentum=0.5)
+    u = np.zeros(300, np.float32)
+    e = np.zeros(300, np.float32)
+    for step in range(3):
+        g = grad((300,), seed=step)
+        u = 0.5 * u + g
+        payload, ctx = c.compress(g, "w")
+        sent = c.decompress(payload, ctx)
+        assert np.allclose(sent + c.residual("w"), u + e, rtol=1e-5, atol=1e-6)
+        e = c.residual("w").copy()
+
+
 def test_sign_packs_eight_signs_per_byte_and_round_trips_exactly():
     rng = np.random.default_rng(5)
     for n in (1, 7, 8, 9, 1001):
@@ -163,6 +176,8 @@ def test_powersgd_sends_vectors_and_small_matrices_dense():
     (lambda: PowerSGD(rank=1.5), "got 1.5"),
     (lambda: Compression.int8(chunk=0), "chunk must be a positive integer"),
     (lambda: Compression.topk(momentum=1.0), "momentum must be in [0, 1)"),
+    (lambda: Compression.sign(momentum=-0.1), "momentum must be in [0, 1)"),
+    (lambda: Compression.fp16(dtype="int8"), "dtype must be 'float16' or 'bfloat16'"),
 ])
 def test_bad_arguments_raise_clear_errors(make, fragment):
     with pytest.raises(InvalidArgumentError) as e:
