@@ -19,6 +19,7 @@ from hvlite.process_sets import (ProcessSet, add_process_set, global_process_set
                                  remove_process_set)
 from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
 from hvlite import timeline
+from hvlite.compression import Compression
 from hvlite.timeline import start_timeline, stop_timeline
 
 __version__ = "0.1.0"
@@ -76,7 +77,7 @@ __all__ = [
     "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
     "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
     "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError",
 ]

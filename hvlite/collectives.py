@@ -191,9 +191,16 @@ def _allreduce_check(rt, x, op, algorithm, inplace):
     return check
 
 
-def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
+                    compression=None):
     """Start reducing `x` across the set's ranks (all by default) into a new array; returns a
-    Handle."""
+    Handle. With `compression` (an hvlite.compression.Compression entry) the compressor runs the
+    exchange."""
+    if compression is not None:
+        if process_set is not None and process_set is not global_process_set:
+            raise InvalidArgumentError(f"allreduce {name!r}: compression= runs on the global "
+                                       f"process set only, not on {process_set}")
+        return compression.allreduce_async(x, op=op, name=name)
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce")
     x = _contiguous(x)
@@ -221,14 +228,16 @@ def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=globa
                    check=_allreduce_check(rt, x, op, algorithm, True))
 
 
-def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
+              compression=None):
     """Return a new array holding the reduction of `x` (anything array-like) across all ranks.
 
     op: hvlite.Sum, Average (default, as in Horovod), Min, Max or Product.
-    algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "mpi" or "auto" (default from
+    algorithm: "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpi" or "auto" (default from
     HVLITE_ALLREDUCE_ALGORITHM). process_set: a hvlite.ProcessSet this rank belongs to.
+    compression: e.g. hvlite.compression.Compression.fp16 (see hvlite.compression).
     """
-    return allreduce_async(x, op, name, algorithm, process_set).synchronize()
+    return allreduce_async(x, op, name, algorithm, process_set, compression).synchronize()
 
 
 def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):

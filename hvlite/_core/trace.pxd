@@ -22,6 +22,8 @@ cdef cppclass TEvent:
     int fused
     int algorithm
     string late         # ranks that submitted last, when rank 0 knows them ("1,3")
+    string row          # K_SPAN: the tensor row it belongs on (empty: the compute row)
+    string args         # K_SPAN: a JSON object shown as the event's args (may be empty)
 
 cdef cppclass Recorder:
     hv_monitor mon

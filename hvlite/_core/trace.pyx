@@ -107,8 +107,8 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
     cdef string args
     cdef int tid, k
     if e.kind == K_SPAN:
-        args.clear()
-        _x(r, out, e.name.c_str(), 0, e.start, e.done, args)
+        tid = 0 if e.row.empty() else _tid(r, out, e.row)
+        _x(r, out, e.name.c_str(), tid, e.start, e.done, e.args)
         return
     if e.kind == K_CYCLE:
         k = snprintf(buf, 256, '{"name":"CYCLE","ph":"i","s":"t","ts":%.3f,"pid":%d,"tid":1},\n',
@@ -211,10 +211,15 @@ cdef class Writer:
             fclose(self.r.f)
             self.r.f = NULL
 
-    def span(self, name, double start, double end):
+    def span(self, name, double start, double end, row=None, args=None):
+        """A span on the compute row, or on tensor `row`'s row; `args`: JSON object text."""
         cdef TEvent e
         e.name = name.encode()
         e.kind = K_SPAN
+        if row is not None:
+            e.row = row.encode()
+        if args is not None:
+            e.args = args.encode()
         e.start = start
         e.done = end
         rec_push(self.r, e)

@@ -11,6 +11,8 @@ Every rank must report the same names each step (any order). With backward_passe
 gradients are summed locally over k micro-batches and averaged across ranks once. With
 process_set=, gradients are averaged over that set's ranks only; a rank outside the set steps on
 its own gradients, without communication (as in Horovod).
+With compression=Compression.<method> (hvlite.compression) each gradient goes through that
+compressor, which keeps its error-feedback state under the gradient's name.
 """
 import numpy as np
 
@@ -32,6 +34,9 @@ class DistributedOptimizer:
                                     outsider_ok=True) is not None
         self.optimizer, self.params = optimizer, params
         self.op, self.k, self.prefix = op, backward_passes_per_step, prefix
+        if compression is not None and not callable(getattr(compression, "allreduce_async", None)):
+            raise TypeError(f"compression must be an hvlite.compression compressor (e.g. "
+                            f"Compression.fp16), got {compression!r}")
         self.compression = compression
         self._acc = {}             # name -> locally summed gradient
         self._count = {}           # name -> micro-batches accumulated

@@ -1,0 +1,159 @@
+"""The Compressor interface and what every method shares: argument checks, error feedback
+state keyed by tensor name, the handle that decompresses on synchronize, byte accounting.
+
+A method turns a gradient into a payload (the arrays that go on the wire) and a context (what
+only this rank needs to decode it):
+
+    payload, ctx = c.compress(grad, name)
+    approx = c.decompress(payload, ctx)
+    h = c.allreduce_async(grad, op=Average, name=name); reduced = h.synchronize()
+
+`allreduce_async` is where a method picks its collective: dense payloads are all-reduced,
+sparse and packed ones are all-gathered and summed on every rank in rank order (so every rank
+ends with the same bits).
+"""
+import time
+import zlib
+
+import numpy as np
+
+from hvlite import collectives, runtime
+from hvlite.errors import DtypeError, InvalidArgumentError, MismatchError
+from hvlite.ops import Average, Sum, as_op
+from hvlite.compression import accounting as _stats
+
+
+class Then:
+    """Handles in flight and the function that turns their results into the reduced array."""
+
+    def __init__(self, handles, finish):
+        self.handles, self.finish, self._done = handles, finish, False
+
+    def poll(self):
+        return self._done or all(h.poll() for h in self.handles)
+
+    def synchronize(self):
+        if not self._done:
+            self._result = self.finish([h.synchronize() for h in self.handles])
+            self._done, self.handles = True, None
+        return self._result
+
+
+def check_ratio(ratio, method):
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating, np.integer)) \
+            or not 0.0 < float(ratio) <= 1.0:
+        raise InvalidArgumentError(f"{method}: ratio must be a number in (0, 1], got {ratio!r}")
+    return float(ratio)
+
+
+def seed_of(*parts):
+    """A seed every process derives alike (Python's hash() of a str differs per process)."""
+    return zlib.crc32("\0".join(map(str, parts)).encode())
+
+
+def wire_bytes(kind, payload_bytes, n):
+    """Bytes one rank sends for a payload of this size under the bandwidth-optimal algorithm:
+    all-reduce (ring) 2(n-1)/n of it, all-gather (n-1) times it."""
+    if n <= 1:
+        return 0
+    return 2 * (n - 1) * payload_bytes // n if kind == "allreduce" else (n - 1) * payload_bytes
+
+
+class Compressor:
+    """Base of every method. Subclasses set `method`, implement compress/decompress and
+    `_reduce(x, name, op, n)` (the collective part, returning a handle)."""
+
+    method = "none"
+    stateful = False              # keeps per-tensor state (needs a stable name per tensor)
+    lossy = True                  # refuses integer tensors and ops other than Sum/Average
+    first_kind = collectives.ALLREDUCE   # the collective a method starts with, under `name`
+
+    def __init__(self, **options):
+        self.options = options
+        self.state = {}           # tensor name -> method state (residual, Q, step count)
+
+    def __call__(self, **options):
+        """A fresh compressor of this kind with these options (and its own state)."""
+        return type(self)(**{**self.options, **options})
+
+    def __repr__(self):
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"Compression.{self.method}({opts})"
+
+    # -- to implement
+    def compress(self, x, name):
+        raise NotImplementedError
+
+    def decompress(self, payload, ctx):
+        raise NotImplementedError
+
+    def _reduce(self, x, name, op, n):
+        raise NotImplementedError
+
+    # -- shared
+    def check(self, x, name, op=Sum):
+        """Raise the reason this tensor cannot go through this method, if there is one."""
+        if not self.lossy:
+            return
+        if not np.issubdtype(x.dtype, np.floating) and x.dtype.name != "bfloat16":
+            raise DtypeError(f"compression {self.method} of {name!r}: needs a floating-point "
+                             f"tensor, got {x.dtype} (integer gradients cannot be compressed "
+                             "lossily; use Compression.none)")
+        if as_op(op) not in (Sum, Average):
+            raise InvalidArgumentError(f"compression {self.method} of {name!r}: only Sum and "
+                                       f"Average can be compressed, got {as_op(op).name}")
+        if self.stateful and not name:
+            raise InvalidArgumentError(f"compression {self.method}: keeps error-feedback state "
+                                       "per tensor, so every call needs a stable name=")
+
+    def allreduce_async(self, x, op=Average, name=None):
+        """Start a compressed reduction of `x`; the handle's synchronize() returns the reduced
+        dense array of x's shape and dtype (the same bits on every rank)."""
+        rt = runtime.current()
+        x = np.ascontiguousarray(x)
+        label = name or rt.auto_name(f"compressed_{self.method}")
+        try:
+            self.check(x, name, op)
+        except (DtypeError, InvalidArgumentError) as e:
+            poison(rt, label, x, e, self.first_kind)
+            raise
+        t0 = time.perf_counter()
+        h = self._reduce(x, label, as_op(op), rt.engine.size)
+        _stats.span(rt, self.method, label, t0)
+        return h
+
+    def account(self, name, dense, payload_bytes, kind, n):
+        _stats.record(self.method, name, dense, payload_bytes, wire_bytes(kind, payload_bytes, n),
+                      wire_bytes("allreduce", dense, n))
+
+
+def poison(rt, name, x, err, kind):
+    """Send a failed request under `name` so the other ranks' matching collective fails with
+    this rank's reason instead of waiting for it."""
+    def check(_):
+        raise err
+    try:
+        collectives._submit(rt, kind, name, x, check=check)
+    except (DtypeError, InvalidArgumentError):
+        pass
+
+
+def gathered_chunks(blob, n, expect, name, method):
+    """Split an all-gathered uint8 blob into n equal chunks of `expect` bytes; a rank whose
+    tensor had another size makes every rank raise (they all see the same blob)."""
+    if blob.size != n * expect:
+        raise MismatchError(f"compression {method} of {name!r}: ranks sent payloads of "
+                            f"different sizes ({blob.size} bytes in all, {expect} expected from "
+                            "each): the tensor's shape differs across ranks")
+    return blob.reshape(n, expect)
+
+
+def header(numel):
+    return np.array([numel], np.int64).view(np.uint8)
+
+
+def check_headers(chunks, numel, name, method):
+    counts = chunks[:, :8].copy().view(np.int64).ravel()
+    if (counts != numel).any():
+        raise MismatchError(f"compression {method} of {name!r}: element counts differ across "
+                            f"ranks: {[int(c) for c in counts]}")
