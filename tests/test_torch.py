@@ -6,3 +6,9 @@ import pytest
 def test_torch_collectives(mpirun, n):
     pytest.importorskip("torch")
     mpirun(n, "tests/mpi/mpi_torch_ops.py", timeout=240)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_training(mpirun, n):
+    pytest.importorskip("torch")
+    mpirun(n, "tests/mpi/mpi_torch_train.py", timeout=240)

@@ -158,7 +158,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
     def result():
         idx, val = hi.synchronize(), hv.synchronize()
-        return torch.sparse_coo_tensor(idx.t(), val, t.size()).coalesce()
+        return torch.sparse_coo_tensor(idx.t(), val, t.size(), check_invariants=False).coalesce()
     return _Deferred(lambda: hi.poll() and hv.poll(), result)
 
 
