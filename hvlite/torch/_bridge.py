@@ -12,6 +12,7 @@ import hvlite as _hv
 from hvlite import collectives as _coll
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
+from hvlite.torch.compression import Compression
 
 
 class _AdasumOp:
@@ -62,7 +63,6 @@ def ps_rank(process_set):
 
 def compression_kwargs(compression):
     """The compression keyword for hvlite.allreduce_async: only for a real compressor."""
-    from hvlite.torch.compression import Compression
     if compression is None or compression is Compression.none:
         return {}
     return {"compression": compression}
