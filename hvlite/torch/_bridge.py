@@ -15,6 +15,11 @@ from hvlite.ops import Average, Sum, as_op
 from hvlite.torch.compression import Compression
 
 
+class DeviceError(InvalidArgumentError, RuntimeError):
+    """A tensor on a device hvlite cannot reach. Horovod reports a CPU/GPU mix as a
+    RuntimeError; hvlite's argument errors are ValueErrors: this is both."""
+
+
 class _AdasumOp:
     """Horovod's Adasum: a name scripts may pass, which hvlite refuses clearly."""
 
@@ -89,7 +94,7 @@ def view(t, kind, name, allow_bool=True):
         poisoned(kind, name, InvalidArgumentError(
             f"{label}: expected a torch.Tensor, got {type(t).__name__}"))
     if t.device.type != "cpu":
-        poisoned(kind, name, InvalidArgumentError(
+        poisoned(kind, name, DeviceError(
             f"{label}: tensor on device {t.device}; hvlite.torch handles CPU tensors only "
             "(move it with .cpu())"))
     if t.is_sparse:

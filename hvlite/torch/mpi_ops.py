@@ -296,6 +296,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if splits is None and rows % n == 0:
         splits = [rows // n] * n        # explicit, so the received splits come back too
     elif isinstance(splits, torch.Tensor):
+        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+            B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
+                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"))
         splits = splits.tolist()
     dtype = tensor.dtype
     h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))

@@ -241,7 +241,16 @@ def test_error_types():
          ValueError, ValueError),
         ("device (one rank)", lambda: hvd.allreduce(
             torch.ones(2, device="meta" if RANK == 0 else "cpu"), name="bad.device"),
-         ValueError, RuntimeError),
+         (ValueError, RuntimeError), RuntimeError),
+        ("root mismatch", lambda: hvd.broadcast(torch.ones(2), root_rank=RANK,
+                                                name="bad.roots"), RuntimeError, RuntimeError),
+        ("broadcast shape", lambda: hvd.broadcast(torch.ones(RANK + 1), 0, name="bad.bshape"),
+         RuntimeError, RuntimeError),
+        ("allgather dtype", lambda: hvd.allgather(
+            torch.ones(2, dtype=torch.int32 if RANK else torch.int64), name="bad.gtype"),
+         RuntimeError, RuntimeError),
+        ("float splits", lambda: hvd.alltoall(torch.ones(N), torch.ones(N), name="bad.fsplit"),
+         ValueError, ValueError),
         ("device (all)", lambda: hvd.allgather(torch.ones(2, device="meta"), name="bad.dev2"),
          ValueError, ValueError),
         ("alltoall splits", lambda: hvd.alltoall(torch.ones(3), splits=[1] * (N + 1),
@@ -252,8 +261,14 @@ def test_error_types():
     for what, fn, mine, others in cases:
         e = _kind(fn)
         want = mine if RANK == 0 else others
-        if not isinstance(e, want):
-            fails.append(f"{what}: got {type(e).__name__}: {e} (expected {want.__name__})")
+        for w in want if isinstance(want, tuple) else (want,):
+            if not isinstance(e, w):
+                fails.append(f"{what}: got {type(e).__name__}: {e} (expected {w.__name__})")
+    held = hvd.allreduce_async(torch.ones(1), name="dup.name")
+    e = _kind(lambda: hvd.allreduce_async(torch.ones(1), name="dup.name"))
+    if not isinstance(e, ValueError):
+        fails.append(f"duplicate name in flight: {type(e).__name__}: {e}")
+    hvd.synchronize(held)
     if hvd.allreduce(torch.ones(1), op=hvd.Sum).item() != N:
         fails.append("runtime unusable after errors")
     assert_everywhere(fails)
