@@ -337,7 +337,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # ---- reducescatter ----------------------------------------------------------------------------
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0, compression=None):
+                        prescale_factor=1.0, postscale_factor=1.0):
     """Start reducing across ranks and keeping this rank's block of rows (the first
     `rows % size` ranks get one row more)."""
     op = B.check_op(op, "reducescatter")
@@ -368,11 +368,28 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """This rank's block of rows of `tensor` reduced across ranks."""
     op = B.check_op(op, "reducescatter")
+    tensor, ctx = _compress(compression, tensor, "reducescatter")
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
-        return _Reducescatter.apply(tensor, name, op, process_set, prescale_factor,
-                                    postscale_factor)
-    return reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                               postscale_factor).synchronize()
+        out = _Reducescatter.apply(tensor, name, op, process_set, prescale_factor,
+                                   postscale_factor)
+    else:
+        out = reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                  postscale_factor).synchronize()
+    return out if ctx is _NO_CTX else compression.decompress(out, ctx)
+
+
+_NO_CTX = object()
+
+
+def _compress(compression, tensor, where):
+    """Horovod's compressor protocol (compress -> (tensor, ctx), decompress(tensor, ctx)),
+    applied around the reduce-scatter as Horovod does."""
+    if not B.compression_kwargs(compression):
+        return tensor, _NO_CTX
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise NotImplementedError(f"{where}: compression {compression!r} has no "
+                                  "compress/decompress; use Compression.none")
+    return compression.compress(tensor)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -402,11 +419,16 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     op = B.check_op(op, "grouped_reducescatter")
+    pairs = [_compress(compression, t, "grouped_reducescatter") for t in tensors]
+    tensors = [t for t, _ in pairs]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return list(_GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+        outs = list(_GroupedReducescatter.apply(name, op, process_set, prescale_factor,
                                                 postscale_factor, *tensors))
-    return grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                       postscale_factor).synchronize()
+    else:
+        outs = grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                           postscale_factor).synchronize()
+    return [o if ctx is _NO_CTX else compression.decompress(o, ctx)
+            for o, (_, ctx) in zip(outs, pairs)]
 
 
 # ---- join, barrier, handles -------------------------------------------------------------------
