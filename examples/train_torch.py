@@ -22,7 +22,7 @@ def main():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9),
                                    named_parameters=model.named_parameters())
-    hvd.broadcast_optimizer_state(opt.optimizer, root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
     batch, per_rank = 64, 64 // hvd.size()
     rng = np.random.default_rng(0)
     x, y = torch.from_numpy(xtr), torch.from_numpy(ytr)

@@ -1,0 +1,172 @@
+"""Tensors to NumPy and back, Horovod's argument conventions, and handles whose result is a tensor.
+
+CPU tensors reach the collectives as NumPy views of their memory (no copy when contiguous);
+bfloat16 goes through ml_dtypes and bool through uint8, the dtypes NumPy or the core lack.
+"""
+import warnings
+
+import numpy as np
+import torch
+
+import hvlite as _hv
+from hvlite import collectives as _coll
+from hvlite.errors import InvalidArgumentError
+from hvlite.ops import Average, Sum, as_op
+from hvlite.torch.compression import Compression
+
+
+class DeviceError(InvalidArgumentError, RuntimeError):
+    """A tensor on a device hvlite cannot reach. Horovod reports a CPU/GPU mix as a
+    RuntimeError; hvlite's argument errors are ValueErrors: this is both."""
+
+
+class _AdasumOp:
+    """Horovod's Adasum: a name scripts may pass, which hvlite refuses clearly."""
+
+    def __repr__(self):
+        return "Adasum"
+
+
+Adasum = _AdasumOp()
+_GLOBAL = getattr(_hv, "global_process_set", None)
+
+
+def check_op(op, where):
+    if op is Adasum:
+        raise NotImplementedError(f"{where}: op=Adasum is not supported by hvlite; use "
+                                  "hvd.Average or hvd.Sum")
+    return as_op(op)
+
+
+def resolve_op(op, average, where="allreduce"):
+    """Horovod's rule: `average` is the deprecated spelling of op; giving both is an error."""
+    if op is not None and average is not None:
+        raise ValueError(f"{where}: the op parameter supersedes average; give only one")
+    if average is not None:
+        warnings.warn("hvd.allreduce(average=...) is deprecated; use op=hvd.Average or "
+                      "op=hvd.Sum", DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return check_op(Average if op is None else op, where)
+
+
+def ps_kwargs(process_set):
+    """The process_set keyword for the NumPy API: only for a set other than the global one."""
+    if process_set is None or process_set is _GLOBAL:
+        return {}
+    if getattr(process_set, "process_set_id", None) == 0:
+        return {}
+    return {"process_set": process_set}
+
+
+def ps_size(process_set):
+    return _hv.size() if not ps_kwargs(process_set) else process_set.size()
+
+
+def ps_rank(process_set):
+    return _hv.rank() if not ps_kwargs(process_set) else process_set.rank()
+
+
+def compression_kwargs(compression):
+    """The compression keyword for hvlite.allreduce_async: only for a real compressor."""
+    if compression is None or compression is Compression.none:
+        return {}
+    return {"compression": compression}
+
+
+def poisoned(kind, name, error):
+    """Fail this rank's part of a collective before it reaches NumPy: the request still goes
+    out poisoned under its name, so the other ranks' handles fail instead of waiting, and this
+    rank raises `error`."""
+    def check(_name):
+        raise error
+    rt = _hv._current()
+    _coll._submit(rt, kind, name, None, check=check)
+    raise error   # not reached: _submit re-raises
+
+
+def view(t, kind, name, allow_bool=True):
+    """A NumPy view of CPU tensor `t`'s memory; a bad tensor poisons the collective."""
+    what = {_coll.ALLREDUCE: "allreduce", _coll.ALLGATHER: "allgather",
+            _coll.BROADCAST: "broadcast", _coll.ALLTOALL: "alltoall",
+            _coll.REDUCESCATTER: "reducescatter"}[kind]
+    label = f"{what} {name!r}" if name else what
+    if not isinstance(t, torch.Tensor):
+        poisoned(kind, name, InvalidArgumentError(
+            f"{label}: expected a torch.Tensor, got {type(t).__name__}"))
+    if t.device.type != "cpu":
+        poisoned(kind, name, DeviceError(
+            f"{label}: tensor on device {t.device}; hvlite.torch handles CPU tensors only "
+            "(move it with .cpu())"))
+    if t.is_sparse:
+        poisoned(kind, name, InvalidArgumentError(
+            f"{label}: sparse tensor; use sparse_allreduce_async or .to_dense()"))
+    t = t.detach()
+    if t.dtype == torch.bool:
+        if not allow_bool:
+            poisoned(kind, name, InvalidArgumentError(
+                f"{label}: bool tensors reduce only with op=hvd.Min or hvd.Max"))
+        return t.view(torch.uint8).numpy()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    try:
+        return t.numpy()
+    except TypeError as e:
+        poisoned(kind, name, _hv.DtypeError(f"{label}: unsupported dtype {t.dtype} ({e})"))
+
+
+def to_tensor(a, dtype):
+    """A tensor of `dtype` over NumPy array `a` (no copy)."""
+    if not a.flags.writeable:
+        a = a.copy()
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dtype == torch.bool:
+        return torch.from_numpy(a.view(np.uint8)).view(torch.bool)
+    return torch.from_numpy(a)
+
+
+def scale_(t, factor):
+    """Multiply in place; integer tensors are scaled in float64 and truncated, as Horovod does."""
+    if factor == 1 or factor == 1.0:
+        return t
+    if t.is_floating_point():
+        return t.mul_(factor)
+    return t.copy_(t.to(torch.float64).mul_(factor))
+
+
+class TorchHandle:
+    """An in-flight collective whose result, on synchronize(), is `finish(numpy_result)`."""
+
+    __slots__ = ("handle", "finish", "_done", "_result", "__weakref__")
+
+    def __init__(self, handle, finish):
+        self.handle, self.finish, self._done = handle, finish, False
+
+    def poll(self):
+        return self._done or self.handle.poll()
+
+    def synchronize(self):
+        if not self._done:
+            self._result = self.finish(self.handle.synchronize())
+            self._done, self.handle = True, None
+        return self._result
+
+
+class GroupHandle:
+    """The handles of one grouped call; synchronizes to the list of their results."""
+
+    __slots__ = ("handles", "__weakref__")
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def synchronize(self):
+        return [h.synchronize() for h in self.handles]
+
+
+def group_base(name, kind):
+    return name or _hv._current().auto_name(kind)

@@ -1,0 +1,455 @@
+"""Horovod's torch collectives on hvlite, with Horovod's names, arguments and return values.
+
+The out-of-place forms are autograd functions whose backward is the matching collective, with
+Horovod's conventions: allreduce -> the same allreduce of the gradient; allgather -> the
+gradient averaged across ranks, this rank's rows; broadcast -> the averaged gradient on the root,
+zeros elsewhere; alltoall -> alltoall back with the received splits; reducescatter -> allgather
+(times the set's size for Sum).
+"""
+import torch
+
+import hvlite as _hv
+from hvlite import collectives as _coll
+from hvlite.errors import InvalidArgumentError
+from hvlite.ops import Average, Max, Min, Sum
+from hvlite.torch import _bridge as B
+from hvlite.torch.compression import Compression
+
+global_process_set = getattr(_hv, "global_process_set", None)
+
+
+# ---- allreduce ------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, process_set,
+                     compression=None):
+    """Reduce into `out` (the tensor itself when in place), scaling before and after."""
+    src = B.view(tensor, _coll.ALLREDUCE, name, allow_bool=op in (Min, Max))
+    if out is not tensor:
+        out.copy_(tensor.detach())
+    B.scale_(out, prescale_factor)
+    arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name)
+    kw = dict(B.ps_kwargs(process_set), **B.compression_kwargs(compression))
+
+    def finish(result):
+        if kw.get("compression"):
+            out.copy_(B.to_tensor(result, out.dtype).view(out.shape))
+        return B.scale_(out, postscale_factor)
+    if kw.get("compression"):
+        h = _hv.allreduce_async(arr, op=op, name=name, **kw)
+    else:
+        h = _hv.allreduce_async_(arr, op=op, name=name, **kw)
+    return B.TorchHandle(h, finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set, compression=None):
+    """Start an allreduce into a new tensor; returns a handle for poll()/synchronize()."""
+    op = B.resolve_op(op, average)
+    out = torch.empty_like(tensor, memory_format=torch.contiguous_format) \
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" else tensor
+    return _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor,
+                            process_set, compression)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set, compression=None):
+    """Start an allreduce in place on `tensor`."""
+    op = B.resolve_op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            process_set, compression)
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, pre, post, process_set, compression):
+        ctx.args = (op, pre, post, process_set)
+        return allreduce_async(tensor, None, name, op, pre, post, process_set,
+                               compression).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post, ps = ctx.args
+        return (allreduce(grad, op=op, prescale_factor=pre, postscale_factor=post,
+                          process_set=ps), None, None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """A new tensor: `tensor` reduced across ranks (Average unless op= says otherwise)."""
+    op = B.resolve_op(op, average)
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor,
+                                process_set, compression)
+    return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
+                           process_set, compression).synchronize()
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set, compression=None):
+    """Reduce `tensor` in place and return it."""
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set, compression).synchronize()
+
+
+def _grouped_allreduce_async(tensors, average, name, op, pre, post, process_set, inplace,
+                             compression=None):
+    op = B.resolve_op(op, average, "grouped_allreduce")
+    base = B.group_base(name, "grouped_allreduce")
+    start = allreduce_async_ if inplace else allreduce_async
+    return B.GroupHandle([start(t, None, f"{base}.{i}", op, pre, post, process_set, compression)
+                          for i, t in enumerate(tensors)])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Start reducing a list of tensors as one group (negotiated and fused together)."""
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, False)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, True)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, pre, post, process_set, *tensors):
+        ctx.args = (op, pre, post, process_set)
+        return tuple(grouped_allreduce_async(list(tensors), None, name, op, pre, post,
+                                             process_set).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        return (None,) * 5 + tuple(grouped_allreduce(list(grads), op=op, prescale_factor=pre,
+                                                     postscale_factor=post, process_set=ps))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """New tensors: each of `tensors` reduced across ranks, as one group."""
+    op = B.resolve_op(op, average, "grouped_allreduce")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in tensors):
+        return list(_GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                            process_set, *tensors))
+    return _grouped_allreduce_async(tensors, None, name, op, prescale_factor, postscale_factor,
+                                    process_set, False, compression).synchronize()
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).synchronize()
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduce a sparse COO tensor by gathering every rank's indices and values (as Horovod
+    does); synchronize() returns the summed (or averaged) sparse tensor."""
+    op = B.check_op(op, "sparse_allreduce_async")
+    t = tensor.coalesce()
+    values = t.values() / B.ps_size(process_set) if op == Average else t.values()
+    hi = allgather_async(t.indices().t().contiguous(), name=f"{name}.indices",
+                         process_set=process_set)
+    hv = allgather_async(values.contiguous(), name=f"{name}.values", process_set=process_set)
+
+    def result():
+        idx, val = hi.synchronize(), hv.synchronize()
+        return torch.sparse_coo_tensor(idx.t(), val, t.size(), check_invariants=False).coalesce()
+    return _Deferred(lambda: hi.poll() and hv.poll(), result)
+
+
+class _Deferred:
+    __slots__ = ("_poll", "_then", "_done", "_result")
+
+    def __init__(self, poll, then):
+        self._poll, self._then, self._done = poll, then, False
+
+    def poll(self):
+        return self._done or self._poll()
+
+    def synchronize(self):
+        if not self._done:
+            self._result, self._done = self._then(), True
+        return self._result
+
+
+# ---- allgather ------------------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Start concatenating every rank's tensor along dimension 0 (which may differ by rank)."""
+    arr = B.view(tensor, _coll.ALLGATHER, name)
+    dtype = tensor.dtype
+    return B.TorchHandle(_hv.allgather_async(arr, name=name, **B.ps_kwargs(process_set)),
+                         lambda a: B.to_tensor(a, dtype))
+
+
+def _rows_before(dims, process_set):
+    return int(sum(dims[:B.ps_rank(process_set)]))
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim, ctx.ps = tensor.shape[0] if tensor.dim() else 1, process_set
+        return allgather_async(tensor, name, process_set).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad, op=Average, process_set=ctx.ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.ps)
+        return reduced.narrow(0, _rows_before(dims.tolist(), ctx.ps), ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every rank's tensor concatenated along dimension 0, in rank order."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _Allgather.apply(tensor, name, process_set)
+    return allgather_async(tensor, name, process_set).synchronize()
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    base = B.group_base(name, "grouped_allgather")
+    return B.GroupHandle([allgather_async(t, f"{base}.{i}", process_set)
+                          for i, t in enumerate(tensors)])
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims, ctx.ps = [t.shape[0] for t in tensors], process_set
+        return tuple(grouped_allgather_async(list(tensors), name, process_set).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce(list(grads), op=Average, process_set=ctx.ps)
+        dims = allgather(torch.tensor(ctx.dims, dtype=torch.int64).view(1, -1),
+                         process_set=ctx.ps)
+        out = [g.narrow(0, _rows_before(dims[:, i].tolist(), ctx.ps), d)
+               for i, (g, d) in enumerate(zip(reduced, ctx.dims))]
+        return (None, None) + tuple(out)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return list(_GroupedAllgather.apply(name, process_set, *tensors))
+    return grouped_allgather_async(tensors, name, process_set).synchronize()
+
+
+# ---- broadcast ------------------------------------------------------------------------------
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start overwriting `tensor` with root_rank's, in place."""
+    arr = B.view(tensor, _coll.BROADCAST, name)
+    if not arr.flags.c_contiguous:
+        B.poisoned(_coll.BROADCAST, name, InvalidArgumentError(
+            f"broadcast_ {name or ''}: the tensor is not contiguous; use broadcast()"))
+    return B.TorchHandle(_hv.broadcast_async_(arr, root_rank, name=name,
+                                              **B.ps_kwargs(process_set)),
+                         lambda a: tensor)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start copying root_rank's tensor into a new tensor on every rank."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+        tensor = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return broadcast_async_(tensor, root_rank, name, process_set)
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root, ctx.ps = root_rank, process_set
+        return broadcast_async(tensor, root_rank, name, process_set).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad, op=Average, process_set=ctx.ps)
+        if _hv.rank() != ctx.root:
+            reduced = torch.zeros_like(reduced)
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A new tensor holding root_rank's `tensor`, on every rank."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return broadcast_async(tensor, root_rank, name, process_set).synchronize()
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrite `tensor` with root_rank's and return it."""
+    return broadcast_async_(tensor, root_rank, name, process_set).synchronize()
+
+
+# ---- alltoall ---------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
+    synchronize() returns (received rows, received splits as an int32 tensor)."""
+    arr = B.view(tensor, _coll.ALLTOALL, name)
+    n = B.ps_size(process_set)
+    rows = arr.shape[0] if arr.ndim else 1
+    if splits is None and rows % n == 0:
+        splits = [rows // n] * n        # explicit, so the received splits come back too
+    elif isinstance(splits, torch.Tensor):
+        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+            B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
+                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"))
+        splits = splits.tolist()
+    dtype = tensor.dtype
+    h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))
+
+    def finish(res):
+        out, got = res
+        return B.to_tensor(out, dtype), torch.from_numpy(got.astype("int32"))
+    return B.TorchHandle(h, finish)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = alltoall_async(tensor, splits, name, process_set).synchronize()
+        ctx.received, ctx.ps = received, process_set
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, *_unused):
+        back, _ = alltoall(grad.contiguous(), splits=ctx.received, process_set=ctx.ps)
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """The rows every rank sent this rank, in rank order; with splits given, also the number of
+    rows received from each rank."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _Alltoall.apply(tensor, splits, name, process_set)
+    out, received = alltoall_async(tensor, splits, name, process_set).synchronize()
+    return out if splits is None else (out, received)
+
+
+# ---- reducescatter ----------------------------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Start reducing across ranks and keeping this rank's block of rows (the first
+    `rows % size` ranks get one row more)."""
+    op = B.check_op(op, "reducescatter")
+    arr = B.view(tensor, _coll.REDUCESCATTER, name, allow_bool=op in (Min, Max))
+    if prescale_factor != 1.0:
+        arr = B.view(B.scale_(tensor.detach().clone(), prescale_factor), _coll.REDUCESCATTER,
+                     name)
+    dtype = tensor.dtype
+    h = _hv.reducescatter_async(arr, op=op, name=name, **B.ps_kwargs(process_set))
+    return B.TorchHandle(h, lambda a: B.scale_(B.to_tensor(a, dtype), postscale_factor))
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, pre, post):
+        ctx.args = (op, process_set, pre, post)
+        return reducescatter_async(tensor, name, op, process_set, pre, post).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, ps, pre, post = ctx.args
+        scale = (B.ps_size(ps) if op == Sum else 1) * pre * post
+        return allgather(grad * scale if scale != 1 else grad, process_set=ps), \
+            None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """This rank's block of rows of `tensor` reduced across ranks."""
+    op = B.check_op(op, "reducescatter")
+    tensor, ctx = _compress(compression, tensor, "reducescatter")
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        out = _Reducescatter.apply(tensor, name, op, process_set, prescale_factor,
+                                   postscale_factor)
+    else:
+        out = reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                  postscale_factor).synchronize()
+    return out if ctx is _NO_CTX else compression.decompress(out, ctx)
+
+
+_NO_CTX = object()
+
+
+def _compress(compression, tensor, where):
+    """Horovod's compressor protocol (compress -> (tensor, ctx), decompress(tensor, ctx)),
+    applied around the reduce-scatter as Horovod does."""
+    if not B.compression_kwargs(compression):
+        return tensor, _NO_CTX
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise NotImplementedError(f"{where}: compression {compression!r} has no "
+                                  "compress/decompress; use Compression.none")
+    return compression.compress(tensor)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    base = B.group_base(name, "grouped_reducescatter")
+    return B.GroupHandle([reducescatter_async(t, f"{base}.{i}", op, process_set,
+                                              prescale_factor, postscale_factor)
+                          for i, t in enumerate(tensors)])
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, pre, post, *tensors):
+        ctx.args = (op, process_set, pre, post)
+        return tuple(grouped_reducescatter_async(list(tensors), name, op, process_set, pre,
+                                                 post).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, ps, pre, post = ctx.args
+        scale = (B.ps_size(ps) if op == Sum else 1) * pre * post
+        return (None,) * 5 + tuple(grouped_allgather([g * scale for g in grads],
+                                                     process_set=ps))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    op = B.check_op(op, "grouped_reducescatter")
+    pairs = [_compress(compression, t, "grouped_reducescatter") for t in tensors]
+    tensors = [t for t, _ in pairs]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        outs = list(_GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                postscale_factor, *tensors))
+    else:
+        outs = grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                           postscale_factor).synchronize()
+    return [o if ctx is _NO_CTX else compression.decompress(o, ctx)
+            for o, (_, ctx) in zip(outs, pairs)]
+
+
+# ---- join, barrier, handles -------------------------------------------------------------------
+
+def join(device=-1):
+    """This rank is out of data; returns the last rank to join. `device` is accepted for
+    Horovod's signature (hvlite runs on CPU)."""
+    return int(_hv.join())
+
+
+def barrier(process_set=global_process_set):
+    """Wait for every rank (of the process set)."""
+    kw = B.ps_kwargs(process_set)
+    _hv.barrier(**kw) if kw else _hv.barrier()
+
+
+def poll(handle):
+    """True when the collective behind `handle` has finished."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Wait for `handle` and return its result."""
+    return handle.synchronize()

@@ -1,0 +1,219 @@
+"""DistributedOptimizer with Horovod's protocol: each gradient's allreduce starts from a hook as
+soon as backward() has accumulated it; step() (or synchronize()) waits for them, then steps.
+
+The returned object is an instance of a subclass of the wrapped optimizer's class holding the
+same state, so isinstance checks and torch.optim.lr_scheduler work on it as they do in Horovod.
+"""
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+import hvlite as _hv
+from hvlite.ops import Average
+from hvlite.torch import _bridge as B
+from hvlite.torch.compression import Compression
+from hvlite.torch.mpi_ops import (allreduce_async_, global_process_set, grouped_allreduce_async_,
+                                  sparse_allreduce_async)
+
+
+def _split_list(items, n):
+    """n contiguous parts of nearly equal length (the first ones one longer)."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+class _DistributedMixin:
+    """Methods layered over the wrapped optimizer's class (the base class next in the MRO)."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        self._compression = compression
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+                raise ValueError("named_parameters must be (name, parameter) tuples, as "
+                                 "model.named_parameters() yields")
+        else:
+            named = [(f"allreduce.noname.{i}.{j}", p) for i, g in enumerate(self.param_groups)
+                     for j, p in enumerate(g["params"])]
+        names = [n for n, _ in named]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"parameter names must be unique; duplicated: {', '.join(dups)}")
+        unnamed = {id(p) for p in all_params} - {id(p) for _, p in named}
+        if unnamed:
+            raise ValueError(f"named_parameters was given but {len(unnamed)} of the optimizer's "
+                             "parameters have no name in it")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor needs op=Average")
+        self._names = {p: n for n, p in named}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._delay = {p: backward_passes_per_step for p in all_params}
+        self.op, self.gradient_predivide_factor = op, gradient_predivide_factor
+        self.sparse_as_dense, self.process_set = sparse_as_dense, process_set
+        self._handles, self._synchronized, self._should_synchronize = {}, False, True
+        trainable = [p for p in all_params if p.requires_grad]
+        self._requires_update = set(trainable)
+        self._group_of, self._group_count = {}, {}
+        if isinstance(groups, int) and groups > 0:
+            groups = _split_list(trainable, groups)
+        if groups:
+            seen = set()
+            for grp in groups:
+                for p in grp:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must be lists of parameters (torch.Tensor)")
+                    if id(p) in seen:
+                        raise ValueError("a parameter may appear in only one group")
+                    seen.add(id(p))
+            listed = [tuple(p for p in grp if p in self._requires_update) for grp in groups]
+            listed += [(p,) for p in trainable if id(p) not in seen]
+            for grp in filter(None, listed):
+                self._group_count[grp] = 0
+                for p in grp:
+                    self._group_of[p] = grp
+        self._hooks = []
+        if getattr(process_set, "included", lambda: True)():
+            self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook())
+                           for p in trainable]
+
+    def _scales(self):
+        if self.op == Average:
+            f = self.gradient_predivide_factor
+            return 1.0 / f, f
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        name = self._names.get(p)
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                return sparse_allreduce_async(p.grad, name, self.op, self.process_set)
+            p.grad = p.grad.to_dense()
+        pre, post = self._scales()
+        return allreduce_async_(p.grad, name=name, op=self.op, prescale_factor=pre,
+                                postscale_factor=post, process_set=self.process_set,
+                                compression=self._compression)
+
+    def _grouped_async(self, grp):
+        for p in grp:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        pre, post = self._scales()
+        return grouped_allreduce_async_([p.grad for p in grp], name=self._names.get(grp[0]),
+                                        op=self.op, prescale_factor=pre, postscale_factor=post,
+                                        process_set=self.process_set)
+
+    def _make_hook(self):
+        def hook(p):
+            if p in self._handles and self._handles[p] is not None and self._delay[p] <= 0:
+                raise AssertionError(
+                    "gradients were computed more than backward_passes_per_step times before "
+                    "step(); raise backward_passes_per_step to accumulate them locally")
+            self._delay[p] -= 1
+            handle = None
+            if self._delay[p] == 0:
+                grp = self._group_of.get(p)
+                if grp is not None and len(grp) > 1:
+                    self._group_count[grp] += 1
+                    if self._group_count[grp] == len(grp):
+                        self._group_count[grp] = 0
+                        for q in grp:
+                            self._handles.pop(q, None)
+                        self._handles[grp] = self._grouped_async(grp)
+                        return
+                else:
+                    handle = self._allreduce_grad_async(p)
+            self._handles[p] = handle
+        return hook
+
+    def synchronize(self):
+        """Wait for every gradient's allreduce (starting those not started: parameters this
+        step did not reach, or that are still accumulating) and put the results in .grad."""
+        if not getattr(self.process_set, "included", lambda: True)():
+            self._synchronized = True
+            return
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for p in self._requires_update - done:
+            self._handles[p] = None
+        for key, h in list(self._handles.items()):
+            if h is None:
+                self._handles[key] = self._allreduce_grad_async(key)
+        try:
+            for key, h in self._handles.items():
+                out = h.synchronize()
+                if isinstance(key, torch.Tensor) and key.grad is not None and key.grad.is_sparse:
+                    key.grad = out
+        finally:
+            self._handles.clear()
+            for p in self._delay:
+                self._delay[p] = self.backward_passes_per_step
+            for g in self._group_count:
+                self._group_count[g] = 0
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """For `opt.synchronize(); (clip gradients); with opt.skip_synchronize(): opt.step()`."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() after optimizer.synchronize() without "
+                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+            self.synchronize()
+        self._synchronized = False
+        return self._hvd_base.step(self, closure)
+
+    def zero_grad(self, set_to_none=True):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(): the gradients' "
+                                 "allreduces are still in flight")
+        return self._hvd_base.zero_grad(self, set_to_none=set_to_none)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def load_state_dict(self, state_dict):
+        self._handles, self._synchronized, self._should_synchronize = {}, False, True
+        self.set_backward_passes_per_step(self.backward_passes_per_step)
+        return self._hvd_base.load_state_dict(self, state_dict)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wrap a torch.optim optimizer so that gradients are reduced across ranks (averaged by
+    default) during backward(). Gradients accumulate locally for backward_passes_per_step
+    passes before they are reduced (summed, not divided: scale the loss if you want a mean).
+    num_groups / groups reduce gradients in groups, each one grouped allreduce."""
+    B.check_op(op, "DistributedOptimizer")
+    if num_groups and groups is not None:
+        raise ValueError("give num_groups or groups, not both")
+    if groups is not None and not isinstance(groups, list):
+        raise ValueError("groups must be a list of lists of parameters")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedMixin, base), {"_hvd_base": base})
+    opt = cls.__new__(cls)
+    opt.__dict__.update(optimizer.__dict__)
+    opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, num_groups or groups, sparse_as_dense,
+                   process_set)
+    return opt

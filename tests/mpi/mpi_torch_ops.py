@@ -1,0 +1,367 @@
+"""Rank side: every collective of hvlite.torch under Horovod's names, against NumPy references
+rebuilt on every rank, and its gradient against the analytic one."""
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import hvlite.torch as hvd  # noqa: E402
+from helpers import BF16, assert_everywhere, reference, rank_input  # noqa: E402
+
+hvd.init()
+N, RANK = hvd.size(), hvd.rank()
+TORCH_OF = {np.dtype(d): getattr(torch, d) for d in
+            ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}
+TORCH_OF[BF16] = torch.bfloat16
+
+
+def as_tensor(a):
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def as_numpy(t):
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(BF16)
+    return t.numpy()
+
+
+def same(t, a):
+    got = as_numpy(t)
+    return got.shape == a.shape and got.dtype == a.dtype and got.tobytes() == a.tobytes()
+
+
+def test_basics():
+    fails = []
+    if not (hvd.is_initialized() and hvd.mpi_built() and hvd.mpi_enabled()):
+        fails.append("mpi_built/enabled/is_initialized")
+    if any(f() for f in (hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built, hvd.ddl_built,
+                         hvd.ccl_built, hvd.cuda_built, hvd.rocm_built)):
+        fails.append("a backend hvlite lacks claims to be built")
+    if (hvd.rank(), hvd.size()) != (RANK, N) or hvd.local_size() * hvd.cross_size() != N:
+        fails.append("rank/size/local/cross")
+    if not isinstance(hvd.mpi_threads_supported(), bool):
+        fails.append("mpi_threads_supported")
+    if hvd.Compression.none.compress(torch.ones(1))[0].tolist() != [1.0]:
+        fails.append("Compression.none")
+    for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+        if op not in (0, 1, 2, 3, 4):
+            fails.append(f"op {op}")
+    try:
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+        fails.append("Adasum accepted")
+    except NotImplementedError as e:
+        if "Adasum" not in str(e):
+            fails.append(str(e))
+    assert_everywhere(fails)
+
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product])
+def test_allreduce_every_dtype(op):
+    fails = []
+    for dt in TORCH_OF:
+        mine = rank_input(RANK, 7, dt, op)
+        want = reference([rank_input(r, 7, dt, op) for r in range(N)], dt, op, N)
+        t = as_tensor(mine)
+        out = hvd.allreduce(t, op=op)
+        h = hvd.allreduce_async(t, op=op, name=f"a.{dt}.{int(op)}")
+        u = as_tensor(mine)
+        hvd.allreduce_(u, op=op)
+        v = as_tensor(mine)
+        got_async = hvd.synchronize(h)
+        h2 = hvd.allreduce_async_(v, op=op)
+        while not hvd.poll(h2):
+            pass
+        hvd.synchronize(h2)
+        if not (same(out, want) and same(got_async, want) and same(u, want) and same(v, want)
+                and same(t, mine)):
+            fails.append(f"{dt} {op!r}: {as_numpy(out)} vs {want}")
+    assert_everywhere(fails)
+
+
+def test_allreduce_average_alias_and_scaling():
+    fails = []
+    x = torch.arange(4, dtype=torch.float64) + RANK
+    total = sum(torch.arange(4, dtype=torch.float64) + r for r in range(N))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        s, a = hvd.allreduce(x, average=False), hvd.allreduce(x, average=True)
+    if not (torch.equal(s, total) and torch.allclose(a, total / N)):
+        fails.append(f"average alias {s} {a}")
+    if not any(issubclass(i.category, DeprecationWarning) for i in w):
+        fails.append("no DeprecationWarning for average=")
+    try:
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+        fails.append("average and op both accepted")
+    except ValueError:
+        pass
+    got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
+    if not torch.allclose(got, total * 0.5):
+        fails.append(f"scaled {got}")
+    i = torch.full((3,), 3 * (RANK + 1), dtype=torch.int32)
+    got = hvd.allreduce(i, op=hvd.Sum, postscale_factor=0.5)      # truncated, as in Horovod
+    want = int(3 * N * (N + 1) / 2 * 0.5)
+    if got.dtype != torch.int32 or got.tolist() != [want] * 3:
+        fails.append(f"int scaling {got}")
+    b = torch.tensor([RANK == 0, False, True])
+    if hvd.allreduce(b, op=hvd.Max).tolist() != [True, False, True] or \
+            hvd.allreduce(b, op=hvd.Min).tolist() != [N == 1, False, True]:
+        fails.append("bool Max/Min")
+    assert_everywhere(fails)
+
+
+def test_grouped_forms():
+    fails = []
+    xs = [torch.full((i + 1,), float(RANK + i)) for i in range(3)]
+    want = [torch.full((i + 1,), float(sum(r + i for r in range(N)))) for i in range(3)]
+    outs = [hvd.grouped_allreduce(xs, op=hvd.Sum),
+            hvd.synchronize(hvd.grouped_allreduce_async(xs, op=hvd.Sum))]
+    ys = [x.clone() for x in xs]
+    hvd.grouped_allreduce_(ys, op=hvd.Sum)
+    zs = [x.clone() for x in xs]
+    hvd.synchronize(hvd.grouped_allreduce_async_(zs, op=hvd.Sum))
+    for got in outs + [ys, zs]:
+        if not all(torch.equal(g, w) for g, w in zip(got, want)):
+            fails.append(f"grouped allreduce {got}")
+    parts = [torch.full((RANK + 1, 2), RANK + 10 * i, dtype=torch.int64) for i in range(2)]
+    gathered = [torch.cat([torch.full((r + 1, 2), r + 10 * i, dtype=torch.int64)
+                           for r in range(N)]) for i in range(2)]
+    for got in (hvd.grouped_allgather(parts),
+                hvd.synchronize(hvd.grouped_allgather_async(parts))):
+        if not all(torch.equal(g, w) for g, w in zip(got, gathered)):
+            fails.append(f"grouped allgather {got}")
+    full = [torch.arange(N * 2 + i, dtype=torch.float64) * (RANK + 1) for i in range(2)]
+    for got in (hvd.grouped_reducescatter(full, op=hvd.Sum),
+                hvd.synchronize(hvd.grouped_reducescatter_async(full, op=hvd.Sum))):
+        for i, g in enumerate(got):
+            rows = np.array_split(np.arange(N * 2 + i, dtype=np.float64), N)[RANK]
+            if g.tolist() != (rows * N * (N + 1) / 2).tolist():
+                fails.append(f"grouped reducescatter {i}: {g}")
+    assert_everywhere(fails)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.float16,
+                                   torch.bfloat16, torch.float64])
+def test_allgather_broadcast_alltoall_dtypes(dtype):
+    fails = []
+
+    def block(r, rows):
+        return (torch.arange(rows * 2).view(rows, 2) + r) % 2 == 0 if dtype == torch.bool \
+            else (torch.arange(rows * 2).view(rows, 2) + 10 * r).to(dtype)
+    g = hvd.allgather(block(RANK, RANK + 1))
+    ga = hvd.synchronize(hvd.allgather_async(block(RANK, RANK + 1)))
+    want = torch.cat([block(r, r + 1) for r in range(N)])
+    if not (g.dtype == dtype and torch.equal(g, want) and torch.equal(ga, want)):
+        fails.append(f"allgather {g}")
+    root = N - 1
+    b = hvd.broadcast(block(RANK, 3), root_rank=root)
+    t = block(RANK, 3)
+    hvd.broadcast_(t, root_rank=root)
+    ba = hvd.synchronize(hvd.broadcast_async(block(RANK, 3), root))
+    t2 = block(RANK, 3)
+    hvd.synchronize(hvd.broadcast_async_(t2, root))
+    if not all(x.dtype == dtype and torch.equal(x, block(root, 3)) for x in (b, t, ba, t2)):
+        fails.append(f"broadcast {b} {t}")
+    # alltoall with uneven splits: rank r sends (r + d) % 3 rows to rank d
+    splits = [(RANK + d) % 3 for d in range(N)]
+    x = block(RANK, sum(splits))
+    out, received = hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32))
+    pieces = []
+    for src in range(N):
+        s = [(src + d) % 3 for d in range(N)]
+        pieces.append(block(src, sum(s))[sum(s[:RANK]):sum(s[:RANK + 1])])
+    want = torch.cat(pieces)
+    got_list, rec_list = hvd.alltoall(x, splits=splits)
+    if not (torch.equal(out, want) and torch.equal(got_list, want) and received.dtype == torch.int32
+            and received.tolist() == [(src + RANK) % 3 for src in range(N)]
+            and rec_list.tolist() == received.tolist()):
+        fails.append(f"alltoall {out} {received}")
+    even = hvd.alltoall(block(RANK, 2 * N))
+    ea, erec = hvd.synchronize(hvd.alltoall_async(block(RANK, 2 * N)))
+    want = torch.cat([block(src, 2 * N)[2 * RANK:2 * RANK + 2] for src in range(N)])
+    if not (torch.equal(even, want) and torch.equal(ea, want) and erec.tolist() == [2] * N):
+        fails.append(f"even alltoall {even}")
+    assert_everywhere(fails)
+
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+def test_reducescatter_uneven(op):
+    rows = 2 * N + 1
+    x = (torch.arange(rows * 3, dtype=torch.float64).view(rows, 3) + 1) * (RANK + 1)
+    total = (np.arange(rows * 3, dtype=np.float64).reshape(rows, 3) + 1) * N * (N + 1) / 2
+    if op == hvd.Average:
+        total = total / N
+    want = np.array_split(total, N)[RANK]
+    got = hvd.reducescatter(x, op=op)
+    ga = hvd.synchronize(hvd.reducescatter_async(x, op=op))
+    ok = np.allclose(got.numpy(), want, rtol=1e-12) and np.allclose(ga.numpy(), want, rtol=1e-12)
+    assert_everywhere([] if ok else [f"{got} vs {want}"])
+
+
+def test_objects_barrier_join():
+    fails = []
+    obj = hvd.broadcast_object({"rank": RANK, "nested": [RANK, {"x": RANK}]}, root_rank=N - 1)
+    if obj != {"rank": N - 1, "nested": [N - 1, {"x": N - 1}]}:
+        fails.append(f"broadcast_object {obj}")
+    if hvd.allgather_object(("r", RANK)) != [("r", r) for r in range(N)]:
+        fails.append("allgather_object")
+    hvd.barrier()
+    # uneven step counts: rank r runs r + 1 steps then joins; joined ranks contribute nothing
+    sums = [hvd.allreduce(torch.ones(2), op=hvd.Sum, name=f"join.step.{k}").tolist()
+            for k in range(RANK + 1)]
+    last = hvd.join()
+    if sums != [[float(N - k)] * 2 for k in range(RANK + 1)] or last != N - 1:
+        fails.append(f"join: sums {sums}, last {last}")
+    if hvd.join(device=-1) not in range(N):
+        fails.append("second join")
+    assert_everywhere(fails)
+
+
+# ---- errors: Horovod's built-in types, on every rank, and the runtime stays usable -----------
+
+def _kind(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the test reports the type
+        return e
+    return None
+
+
+def test_error_types():
+    fails = []
+    cases = [
+        ("shape", lambda: hvd.allreduce(torch.ones(RANK + 2), name="bad.shape"), RuntimeError,
+         RuntimeError),
+        ("dtype", lambda: hvd.allreduce(torch.ones(2, dtype=torch.float32 if RANK else
+                                                   torch.float64), name="bad.dtype"),
+         RuntimeError, RuntimeError),
+        ("root", lambda: hvd.broadcast(torch.ones(2), root_rank=N + 5, name="bad.root"),
+         ValueError, ValueError),
+        ("device (one rank)", lambda: hvd.allreduce(
+            torch.ones(2, device="meta" if RANK == 0 else "cpu"), name="bad.device"),
+         (ValueError, RuntimeError), RuntimeError),
+        ("root mismatch", lambda: hvd.broadcast(torch.ones(2), root_rank=RANK,
+                                                name="bad.roots"), RuntimeError, RuntimeError),
+        ("broadcast shape", lambda: hvd.broadcast(torch.ones(RANK + 1), 0, name="bad.bshape"),
+         RuntimeError, RuntimeError),
+        ("allgather dtype", lambda: hvd.allgather(
+            torch.ones(2, dtype=torch.int32 if RANK else torch.int64), name="bad.gtype"),
+         RuntimeError, RuntimeError),
+        ("float splits", lambda: hvd.alltoall(torch.ones(N), torch.ones(N), name="bad.fsplit"),
+         ValueError, ValueError),
+        ("device (all)", lambda: hvd.allgather(torch.ones(2, device="meta"), name="bad.dev2"),
+         ValueError, ValueError),
+        ("alltoall splits", lambda: hvd.alltoall(torch.ones(3), splits=[1] * (N + 1),
+                                                 name="bad.splits"), ValueError, ValueError),
+        ("allgather tail", lambda: hvd.allgather(torch.ones(1, RANK + 1), name="bad.tail"),
+         RuntimeError, RuntimeError),
+    ]
+    for what, fn, mine, others in cases:
+        e = _kind(fn)
+        want = mine if RANK == 0 else others
+        for w in want if isinstance(want, tuple) else (want,):
+            if not isinstance(e, w):
+                fails.append(f"{what}: got {type(e).__name__}: {e} (expected {w.__name__})")
+    held = hvd.allreduce_async(torch.ones(1), name="dup.name")
+    e = _kind(lambda: hvd.allreduce_async(torch.ones(1), name="dup.name"))
+    if not isinstance(e, ValueError):
+        fails.append(f"duplicate name in flight: {type(e).__name__}: {e}")
+    hvd.synchronize(held)
+    if hvd.allreduce(torch.ones(1), op=hvd.Sum).item() != N:
+        fails.append("runtime unusable after errors")
+    assert_everywhere(fails)
+
+
+# ---- gradients against the analytic ones -----------------------------------------------------
+
+def weights(r, *shape):
+    """Rank r's loss weights: loss_r = (output * weights(r)).sum()."""
+    g = torch.Generator().manual_seed(1000 + r)
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def close(a, b):
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_allreduce_grad():
+    fails = []
+    for op in (hvd.Sum, hvd.Average):
+        x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+        (hvd.allreduce(x, op=op) * weights(RANK, 5)).sum().backward()
+        # d/dx_r of sum_k loss_k, loss_k = w_k . op(x_0..x_N-1)
+        want = sum(weights(k, 5) for k in range(N)) / (N if op == hvd.Average else 1)
+        if not close(x.grad, want):
+            fails.append(f"{op!r}: {x.grad} vs {want}")
+    xs = [torch.randn(i + 2, dtype=torch.float64, requires_grad=True) for i in range(2)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Sum)
+    sum((o * weights(RANK + 7 * i, i + 2)).sum() for i, o in enumerate(outs)).backward()
+    for i, x in enumerate(xs):
+        if not close(x.grad, sum(weights(k + 7 * i, i + 2) for k in range(N))):
+            fails.append(f"grouped {i}")
+    assert_everywhere(fails)
+
+
+def test_allgather_and_broadcast_grad():
+    fails = []
+    rows = [r + 1 for r in range(N)]
+    x = torch.randn(RANK + 1, 3, dtype=torch.float64, requires_grad=True)
+    (hvd.allgather(x) * weights(RANK, sum(rows), 3)).sum().backward()
+    # Horovod's convention: the gradient of the mean of the ranks' losses
+    start = sum(rows[:RANK])
+    want = sum(weights(k, sum(rows), 3) for k in range(N))[start:start + RANK + 1] / N
+    if not close(x.grad, want):
+        fails.append(f"allgather {x.grad} vs {want}")
+    xs = [torch.randn(RANK + 1, 2, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    outs = hvd.grouped_allgather(xs)
+    sum((o * weights(RANK + 5 * i, sum(rows), 2)).sum() for i, o in enumerate(outs)).backward()
+    for i, x in enumerate(xs):
+        want = sum(weights(k + 5 * i, sum(rows), 2) for k in range(N))[start:start + RANK + 1] / N
+        if not close(x.grad, want):
+            fails.append(f"grouped allgather {i}")
+    root = N - 1
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    (hvd.broadcast(b, root_rank=root) * weights(RANK, 4)).sum().backward()
+    want = sum(weights(k, 4) for k in range(N)) / N if RANK == root else torch.zeros(4, dtype=torch.float64)
+    if not close(b.grad, want):
+        fails.append(f"broadcast {b.grad} vs {want}")
+    assert_everywhere(fails)
+
+
+def test_alltoall_grad():
+    def sp(r):
+        return [(r + d) % 3 + 1 for d in range(N)]
+    x = torch.randn(sum(sp(RANK)), 2, dtype=torch.float64, requires_grad=True)
+    out, received = hvd.alltoall(x, splits=sp(RANK))
+    recv_rows = [sp(src)[RANK] for src in range(N)]
+    (out * weights(RANK, sum(recv_rows), 2)).sum().backward()
+    # rows this rank sent to rank d got weights(d)'s rows for source RANK
+    want = []
+    for d in range(N):
+        into = [sp(src)[d] for src in range(N)]
+        at = sum(into[:RANK])
+        want.append(weights(d, sum(into), 2)[at:at + sp(RANK)[d]])
+    want = torch.cat(want)
+    ok = close(x.grad, want) and received.tolist() == recv_rows
+    assert_everywhere([] if ok else [f"{x.grad} vs {want}"])
+
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+def test_reducescatter_grad(op):
+    rows = [len(a) for a in np.array_split(np.arange(2 * N + 1), N)]
+    x = torch.randn(2 * N + 1, 2, dtype=torch.float64, requires_grad=True)
+    (hvd.reducescatter(x, op=op) * weights(RANK, rows[RANK], 2)).sum().backward()
+    # Horovod's convention: allgather of the output gradients, times size for Sum; that is
+    # size x the gradient of the sum of the ranks' losses
+    want = torch.cat([weights(k, rows[k], 2) for k in range(N)]) * (N if op == hvd.Sum else 1)
+    xs = [torch.randn(2 * N, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    outs = hvd.grouped_reducescatter(xs, op=op)
+    sum((o * weights(RANK + 3 * i, 2)).sum() for i, o in enumerate(outs)).backward()
+    fails = [] if close(x.grad, want) else [f"{x.grad} vs {want}"]
+    for i, xi in enumerate(xs):
+        w = torch.cat([weights(k + 3 * i, 2) for k in range(N)]) * (N if op == hvd.Sum else 1)
+        if not close(xi.grad, w):
+            fails.append(f"grouped {i}: {xi.grad} vs {w}")
+    assert_everywhere(fails)

@@ -1,0 +1,32 @@
+"""hvlite.torch (Horovod's torch surface) under mpiexec at 2 and 3 ranks."""
+import pytest
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_collectives(mpirun, n):
+    pytest.importorskip("torch")
+    mpirun(n, "tests/mpi/mpi_torch_ops.py", timeout=240)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_training(mpirun, n):
+    pytest.importorskip("torch")
+    mpirun(n, "tests/mpi/mpi_torch_train.py", timeout=240)
+
+
+def test_horovod_script_runs_with_only_the_import_changed(mpirun):
+    """examples/horovod_compat.py: its code names hvlite only in the import line, and it trains."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    import ast
+    import os
+    from conftest import ROOT
+    path = os.path.join(ROOT, "examples", "horovod_compat.py")
+    src = open(path).read()
+    doc = ast.get_docstring(ast.parse(src), clean=False)
+    code = src.replace(doc, "")
+    assert [ln for ln in code.splitlines() if "hvlite" in ln] == ["import hvlite.torch as hvd"]
+    out = mpirun(2, "examples/horovod_compat.py", "--epochs", "10", "--sync-bn",
+                 pytest_module=False, timeout=180)
+    acc = float(out.split("accuracy ")[1].split("%")[0])
+    assert acc >= 88.0 and "identical on every rank: True" in out, out
