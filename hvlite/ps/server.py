@@ -59,9 +59,9 @@ class Server:
                 self.abort(str(e))
             raise
         except BaseException as e:
-            msg = f"server rank {self.rank} failed: {type(e).__name__}: {e}"
+            msg = f"hvlite.ps: server rank {self.rank} failed: {type(e).__name__}: {e}"
             self.abort(msg)
-            raise PSError(f"hvlite.ps: {msg}") from e
+            raise PSError(msg) from e
 
     def min_clock(self):
         active = [c for w, c in enumerate(self.clocks) if w not in self.done]
