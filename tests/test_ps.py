@@ -40,3 +40,27 @@ def test_bad_settings_are_named():
         check_settings("sync", None, 4, 4)
     with pytest.raises(ConfigError, match="servers must be a positive integer"):
         check_settings("sync", None, 0, 4)
+
+
+def test_digits_example_async_converges(mpirun):
+    out = mpirun(3, "examples/train_digits.py", "--epochs", "10", "--mode", "ps-async",
+                 pytest_module=False, timeout=120)
+    acc = float(out.split("test accuracy ")[1].split("%")[0])
+    assert acc >= 90.0 and "identical on every worker: True" in out, out
+
+
+def test_digits_example_ssp_with_a_straggler_stays_within_k(mpirun):
+    out = mpirun(4, "examples/train_digits.py", "--epochs", "4", "--mode", "ssp", "--staleness",
+                 "2", "--slow-rank", "1", "--slow-factor", "3", pytest_module=False, timeout=120)
+    hist = out.split("staleness histogram {")[1].split("}")[0]
+    seen = {int(k): int(v) for k, v in (item.split(": ") for item in hist.split(", "))}
+    assert max(seen) <= 2 and sum(seen.values()) == 3 * 4 * 22, out
+
+
+def test_launcher_passes_servers_and_rejects_too_many():
+    from hvlite.run.launcher import LaunchError, parse_args, settings_env
+    assert settings_env(parse_args(["-np", "4", "--servers", "1", "python", "x.py"])) == \
+        {"HVLITE_PS_SERVERS": "1"}
+    for bad in ("4", "0"):
+        with pytest.raises(LaunchError, match=f"--servers {bad} with -np 4"):
+            parse_args(["-np", "4", "--servers", bad, "python", "x.py"])
