@@ -6,9 +6,9 @@ from hvlite.errors import ConfigError
 from hvlite.ps import check_settings
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_ps(mpirun, n):
-    mpirun(n, "tests/mpi/mpi_ps.py", timeout=120)
+@pytest.mark.parametrize("n, servers", [(2, 1), (3, 1), (4, 2)])
+def test_ps(mpirun, n, servers):
+    mpirun(n, "tests/mpi/mpi_ps.py", env={"PS_TEST_SERVERS": str(servers)}, timeout=120)
 
 
 @pytest.mark.parametrize("how, words", [

@@ -1,4 +1,5 @@
 """Rank side: the parameter server's modes against NumPy references (servers are the last rank)."""
+import os
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ from mpi4py import MPI
 
 COMM = MPI.COMM_WORLD
 N, RANK = COMM.Get_size(), COMM.Get_rank()
-S = 1
+S = int(os.environ.get("PS_TEST_SERVERS", "1"))
 W = N - S
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((W * 8 * 6, 5))
