@@ -38,7 +38,8 @@ ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
 MODULES = ["dtypes", "reduce", "p2p", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpiref", "select",
-           "dispatch", "engine", "probe"]
+           "dispatch", "engine", "probe",
+           "ps"]   # parameter server transfers
 CXX_MODULES = ["operations", "cache", "negotiate", "fusion", "trace", "autotune", "handles", "coordinator"]   # C++: std containers, no GIL
 ext = [
     Extension(

@@ -1,6 +1,12 @@
 """Data-parallel training of a small MLP in pure NumPy on scikit-learn's bundled digits.
 
     hvliterun -np 2 python examples/train_digits.py [--epochs 30] [--timeline trace.json]
+    hvliterun -np 4 --servers 1 python examples/train_digits.py --mode ssp --staleness 2 \
+        [--slow-rank 2 --slow-factor 3]
+
+--mode allreduce (the default) is synchronous data-parallel SGD; ps-sync, ps-async and ssp run
+the same model through hvlite.ps: the last --servers ranks hold the parameters, the others pull,
+compute and push. --slow-rank R sleeps (F-1) times its compute every step: a straggler.
 
 Each rank trains on its own shard of every global batch. In the backward pass each layer's
 gradient goes to DistributedOptimizer.grad_ready the moment it is computed, so its all-reduce
@@ -8,6 +14,7 @@ overlaps the backward pass of the layers below it. Rank 0 shows progress and the
 """
 import argparse
 import hashlib
+import json
 import os
 import time
 
@@ -80,7 +87,18 @@ def main(argv=None):
     p.add_argument("--warmup-steps", type=int, default=20)
     p.add_argument("--timeline", default=None, help="write a Chrome trace here")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum (default 0.9; async and ssp: 0.5, as staleness adds its own)")
+    p.add_argument("--mode", choices=("allreduce", "ps-sync", "ps-async", "ssp"), default="allreduce")
+    p.add_argument("--staleness", type=int, default=None, help="ssp's bound k")
+    p.add_argument("--servers", type=int, default=None, help="server ranks (HVLITE_PS_SERVERS, else 1)")
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank is a straggler")
+    p.add_argument("--slow-factor", type=float, default=1.0, help="its steps take F times longer")
+    p.add_argument("--eval-every", type=int, default=0, help="rank 0 records test accuracy every K steps")
+    p.add_argument("--json", default=None, help="rank 0 writes a summary (and the curve) here")
     args = p.parse_args(argv)
+    if args.mode != "allreduce":
+        return main_ps(args)
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -88,7 +106,8 @@ def main(argv=None):
     model = MLP(seed=args.seed + rank)                # different on purpose: broadcast fixes it
     broadcast_parameters(model.params, root_rank=0)
     target_lr = scaled_lr(args.lr, size)
-    base = SGD(target_lr, momentum=0.9) if args.optimizer == "sgd" else Adam(target_lr / 50)
+    base = SGD(target_lr, momentum=0.9 if args.momentum is None else args.momentum) \
+        if args.optimizer == "sgd" else Adam(target_lr / 50)
     opt = DistributedOptimizer(base, model.params)
     broadcast_optimizer_state(base, root_rank=0)
     if args.timeline:
@@ -103,7 +122,7 @@ def main(argv=None):
             progress = tqdm(total=args.epochs * steps_per_epoch, desc="train", unit="step")
         except ImportError:
             pass
-    t0, step = time.perf_counter(), 0
+    t0, step, curve = time.perf_counter(), 0, []
     rng = np.random.default_rng(args.seed)             # same order on every rank
     for epoch in range(args.epochs):
         order = rng.permutation(len(xtr))
@@ -111,10 +130,14 @@ def main(argv=None):
             idx = order[s * args.batch:(s + 1) * args.batch][rank * per_rank:(rank + 1) * per_rank]
             opt.lr = warmup_lr(step, target_lr / size, target_lr, args.warmup_steps) \
                 if args.optimizer == "sgd" else opt.lr
+            t1 = time.perf_counter()
             with hvd.timeline.span("forward+backward"):
                 loss = model.loss_and_backward(xtr[idx], ytr[idx], opt.grad_ready)
+            straggle(args, rank, time.perf_counter() - t1)
             opt.step()                                # marks its own update on the timeline
             step += 1
+            if rank == 0 and args.eval_every and step % args.eval_every == 0:
+                curve.append((time.perf_counter() - t0, step, model.accuracy(xte, yte)))
             if progress is not None:
                 progress.set_postfix(epoch=epoch, loss=f"{loss:.3f}", refresh=False)
                 progress.update()
@@ -125,9 +148,87 @@ def main(argv=None):
     acc = model.accuracy(xte, yte)
     digest = hashlib.sha1(b"".join(model.params[n].tobytes() for n in sorted(model.params))).hexdigest()
     same = len(set(hvd.allgather_object(digest))) == 1
+    elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
     if rank == 0:
-        print(f"ranks {size}, {step} steps in {time.perf_counter() - t0:.1f} s; "
+        print(f"ranks {size}, {step} steps in {elapsed:.1f} s; "
               f"test accuracy {acc:.1%}; parameters identical on every rank: {same}", flush=True)
+        write_summary(args, size, size, elapsed, step * args.batch, acc, curve, None)
+    hvd.shutdown()
+    return acc
+
+
+def straggle(args, rank, compute_seconds):
+    if rank == args.slow_rank and args.slow_factor > 1:
+        time.sleep((args.slow_factor - 1) * compute_seconds)
+
+
+def write_summary(args, size, workers, elapsed, samples, acc, curve, stats):
+    if not args.json:
+        return
+    out = {"mode": args.mode, "staleness": args.staleness, "ranks": size, "workers": workers,
+           "slow_rank": args.slow_rank, "slow_factor": args.slow_factor, "seconds": elapsed,
+           "samples_per_s": samples / elapsed, "accuracy": acc, "curve": curve}
+    if stats is not None:
+        out["staleness_hist"] = {str(k): v for k, v in stats["staleness"].items()}
+        out["pull_wait_s"] = stats["pull_wait_s"]
+    with open(args.json, "w") as f:
+        json.dump(out, f)
+
+
+def main_ps(args):
+    """The same model and data through hvlite.ps: workers pull, compute, push; servers update."""
+    import hvlite.ps as ps
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    (xtr, ytr), (xte, yte) = load_data()
+    model = MLP(seed=args.seed)                       # worker 0's values initialise the servers
+    mode = {"ps-sync": "sync", "ps-async": "async", "ssp": "ssp"}[args.mode]
+    servers = args.servers
+    from hvlite import config
+    n_servers = servers or config.load().ps_servers or 1
+    workers = max(size - n_servers, 1)
+    target_lr = scaled_lr(args.lr, workers)
+    momentum = args.momentum if args.momentum is not None else (0.9 if mode == "sync" else 0.5)
+    base = SGD(target_lr, momentum=momentum) if args.optimizer == "sgd" else Adam(target_lr / 50)
+    job = ps.init(model.params, base, mode=mode, staleness=args.staleness, servers=servers)
+    if args.timeline:
+        hvd.start_timeline(args.timeline)
+    per_rank = args.batch // workers
+    steps_per_epoch = len(xtr) // args.batch
+    t0, step, curve = time.perf_counter(), 0, []
+    if job.is_server:
+        stats = job.serve()
+    else:
+        rng = np.random.default_rng(args.seed)
+        for epoch in range(args.epochs):
+            order = rng.permutation(len(xtr))
+            for s in range(steps_per_epoch):
+                idx = order[s * args.batch:(s + 1) * args.batch][rank * per_rank:(rank + 1) * per_rank]
+                job.pull()
+                t1 = time.perf_counter()
+                grads = {}
+                with hvd.timeline.span("forward+backward"):
+                    model.loss_and_backward(xtr[idx], ytr[idx], grads.__setitem__)
+                straggle(args, rank, time.perf_counter() - t1)
+                job.push(grads)
+                step += 1
+                if rank == 0 and args.eval_every and step % args.eval_every == 0:
+                    curve.append((time.perf_counter() - t0, step, model.accuracy(xte, yte)))
+        stats = job.close()                           # the servers' final parameters
+    if args.timeline:
+        hvd.stop_timeline()
+    elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
+    acc = model.accuracy(xte, yte)
+    digests = hvd.allgather_object(None if job.is_server else hashlib.sha1(
+        b"".join(model.params[n].tobytes() for n in sorted(model.params))).hexdigest())
+    same = len({d for d in digests if d is not None}) == 1
+    if rank == 0:
+        hist = ", ".join(f"{k}: {v}" for k, v in stats["staleness"].items())
+        print(f"ranks {size} ({workers} workers, {size - workers} servers, {mode}"
+              f"{'' if mode != 'ssp' else f' k={args.staleness}'}), {step} steps per worker in "
+              f"{elapsed:.1f} s; test accuracy {acc:.1%}; parameters identical on every worker: "
+              f"{same}; staleness histogram {{{hist}}}", flush=True)
+        write_summary(args, size, workers, elapsed, sum(stats["steps"]) * per_rank, acc, curve, stats)
     hvd.shutdown()
     return acc
 

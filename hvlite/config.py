@@ -38,6 +38,8 @@ class Settings:
     autotune: bool = False         # tune fusion threshold and cycle time over the first steps
     autotune_log: str = ""         # CSV of every autotune trial (rank 0)
     dynamic_process_sets: bool = False  # allow add/remove_process_set after init()
+    ps_servers: int = 0            # hvlite.ps: server ranks (0: the argument, else 1)
+    ps_timeout: float = 300.0      # hvlite.ps: seconds a rank waits for a peer; 0 waits forever
     alpha_intra: float = 2e-6      # cost model: seconds per message within a node
     beta_intra: float = 1 / 4e9    #   seconds per byte within a node
     alpha_inter: float = 10e-6     #   seconds per message between nodes
@@ -188,6 +190,8 @@ def load(env=None):
         autotune=_bool(env, "HVLITE_AUTOTUNE", d.autotune),
         autotune_log=env.get("HVLITE_AUTOTUNE_LOG", d.autotune_log) or "",
         dynamic_process_sets=_bool(env, "HVLITE_DYNAMIC_PROCESS_SETS", d.dynamic_process_sets),
+        ps_servers=_int(env, "HVLITE_PS_SERVERS", d.ps_servers, 0, 1 << 20),
+        ps_timeout=_nonneg(env, "HVLITE_PS_TIMEOUT", d.ps_timeout),
     )
     if env.get("HVLITE_STALL_CHECK_TIME_SECONDS") in (None, "") and \
             _bool(env, "HOROVOD_STALL_CHECK_DISABLE", False):

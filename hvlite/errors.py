@@ -43,3 +43,8 @@ class MPIError(HvliteError, RuntimeError):
         super().__init__(f"MPI error {code}: {message}")
         self.code = code
         self.mpi_message = message
+
+
+class PSError(HvliteError, RuntimeError):
+    """A parameter-server peer failed (a worker raised, a server died) or stopped answering.
+    Raised on every rank of the job, naming the rank that failed first."""

@@ -45,6 +45,7 @@ def parser():
     p.add_argument("--autotune-log-file", help="HVLITE_AUTOTUNE_LOG")
     p.add_argument("--stall-check-seconds", type=float, help="HVLITE_STALL_CHECK_TIME_SECONDS")
     p.add_argument("--stall-shutdown-seconds", type=float, help="HVLITE_STALL_SHUTDOWN_TIME_SECONDS")
+    p.add_argument("--servers", type=int, help="hvlite.ps server ranks (HVLITE_PS_SERVERS)")
     p.add_argument("--mpi-thread-level", choices=("single", "funneled", "serialized", "multiple"))
     p.add_argument("--mpiexec", help="the mpiexec to use (default: the one next to this Python)")
     p.add_argument("--verbose", action="store_true", help="print the mpiexec command; debug logging")
@@ -62,6 +63,9 @@ def parse_args(argv):
         raise LaunchError("hvliterun: -np N is required (the number of ranks)")
     if not args.command:
         raise LaunchError("hvliterun: no command given; e.g. hvliterun -np 2 python train.py")
+    if args.servers is not None and not 1 <= args.servers < args.np:
+        raise LaunchError(f"hvliterun: --servers {args.servers} with -np {args.np}: a parameter "
+                          "server job needs 1 <= servers < ranks (the other ranks are workers)")
     return args
 
 
@@ -149,6 +153,7 @@ _SETTINGS = {
     "stall_check_seconds": ("HVLITE_STALL_CHECK_TIME_SECONDS", str),
     "stall_shutdown_seconds": ("HVLITE_STALL_SHUTDOWN_TIME_SECONDS", str),
     "mpi_thread_level": ("HVLITE_MPI_THREAD_LEVEL", str),
+    "servers": ("HVLITE_PS_SERVERS", str),
     "verbose": ("HVLITE_LOG_LEVEL", lambda v: "debug"),
 }
 

@@ -1,0 +1,251 @@
+"""Transfers for the parameter server: polled point-to-point on the PS's own communicator.
+
+Every wait tests its requests without the GIL, spinning briefly, then yielding, then sleeping up
+to 1 ms between tests, so a rank waiting on a straggler leaves the cores to the ranks computing
+(runs have more ranks than cores). Waits give up after `timeout` seconds (0: never) with
+PSTimeout, so a vanished peer is an error rather than a hang. The server loop's decisions are
+made in Python (hvlite.ps.server); only the waiting and the copying happen here.
+"""
+from libc.stdint cimport int64_t
+from libc.stdlib cimport malloc, free
+cimport numpy as cnp
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport *
+
+cnp.import_array()
+
+cdef extern from "sync.h" nogil:
+    double hv_now()
+    void hv_sleep(double)
+    void hv_yield()
+
+cdef enum:
+    PS_TIMEOUT = -7
+    HEADER = 4
+    MAX_MESSAGE = 2147483647
+
+# tags: worker -> server control/data, server -> worker replies/data, abort text, final exchange
+TAG_CTRL = 11
+TAG_PUSH = 12
+TAG_REPLY = 13
+TAG_PARAMS = 14
+TAG_TEXT = 15
+ANY_SOURCE = MPI_ANY_SOURCE
+
+
+class PSTimeout(Exception):
+    """A wait ran past the link's timeout."""
+
+
+cdef int _poll(MPI_Request* reqs, int n, MPI_Status* st, double timeout) noexcept nogil:
+    """Test until every request completed (statuses into st if not NULL)."""
+    cdef int flag = 0, err, i = 0
+    cdef double t0 = hv_now(), pause = 10e-6, waited
+    while True:
+        if st == NULL:
+            err = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
+        else:
+            err = MPI_Testall(n, reqs, &flag, st)
+        if err or flag:
+            return err
+        i += 1
+        if i < 64:
+            continue
+        waited = hv_now() - t0
+        if timeout > 0 and waited > timeout:
+            return PS_TIMEOUT
+        if waited < 200e-6:
+            hv_yield()
+        else:
+            hv_sleep(pause)
+            pause = pause * 2 if pause < 1e-3 else 1e-3
+
+
+cdef int _check(int err, what) except -1:
+    if err == 0:
+        return 0
+    if err == PS_TIMEOUT:
+        raise PSTimeout(what)
+    from hvlite._core.engine import error_string
+    from hvlite.errors import MPIError
+    raise MPIError(err, f"{error_string(err)} ({what})")
+
+
+cdef char* _data(cnp.ndarray a, size_t* nbytes) except NULL:
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError("hvlite.ps: buffers must be C-contiguous")
+    nbytes[0] = <size_t>cnp.PyArray_NBYTES(a)
+    if nbytes[0] > MAX_MESSAGE:
+        raise ValueError(f"hvlite.ps: a message of {nbytes[0]} bytes exceeds 2 GiB; use more servers")
+    return <char*>cnp.PyArray_DATA(a) if nbytes[0] else <char*>&nbytes[0]
+
+
+cdef class _Send:
+    cdef MPI_Request req
+    cdef object keep
+
+
+cdef class Link:
+    """The PS communicator; `pending` holds sends not yet known to be complete."""
+    cdef MPI_Comm comm
+    cdef readonly double timeout
+    cdef list pending
+
+    def __init__(self, comm, double timeout):
+        self.comm = (<MPI.Comm>comm).ob_mpi
+        self.timeout = timeout
+        self.pending = []
+
+    def isend(self, cnp.ndarray buf, int dest, int tag):
+        """Start sending buf (kept alive until the send completes)."""
+        cdef size_t n
+        cdef char* p = _data(buf, &n)
+        cdef _Send s = _Send()
+        s.keep = buf
+        _check(MPI_Isend(p, <int>n, MPI_BYTE, dest, tag, self.comm, &s.req), f"send to rank {dest}")
+        self.pending.append(s)
+
+    def reap(self):
+        """Forget the sends that completed; returns how many are still in flight."""
+        cdef _Send s
+        cdef int flag
+        keep = []
+        for s in self.pending:
+            flag = 0
+            _check(MPI_Test(&s.req, &flag, MPI_STATUS_IGNORE), "send")
+            if not flag:
+                keep.append(s)
+        self.pending = keep
+        return len(keep)
+
+    def drain(self, double timeout=-1):
+        """Wait (without the GIL) until every started send has completed."""
+        cdef int n = len(self.pending), i, err
+        cdef _Send s
+        if n == 0:
+            return
+        cdef MPI_Request* reqs = <MPI_Request*>malloc(n * sizeof(MPI_Request))
+        for i in range(n):
+            reqs[i] = (<_Send>self.pending[i]).req
+        if timeout < 0:
+            timeout = self.timeout
+        with nogil:
+            err = _poll(reqs, n, NULL, timeout)
+        free(reqs)
+        if err == 0:
+            self.pending = []
+        _check(err, "sends still in flight")
+
+    def recv(self, cnp.ndarray buf, int src, int tag, double timeout=-1):
+        """Receive into buf from src (ANY_SOURCE allowed); returns the sender."""
+        cdef size_t n
+        cdef char* p = _data(buf, &n)
+        cdef MPI_Request req
+        cdef MPI_Status st
+        cdef int err
+        if timeout < 0:
+            timeout = self.timeout
+        _check(MPI_Irecv(p, <int>n, MPI_BYTE, src, tag, self.comm, &req), f"receive from {src}")
+        with nogil:
+            err = _poll(&req, 1, &st, timeout)
+        if err == PS_TIMEOUT:
+            MPI_Cancel(&req)
+            MPI_Wait(&req, MPI_STATUS_IGNORE)
+        _check(err, f"waiting for rank {src}" if src != MPI_ANY_SOURCE else "waiting for any rank")
+        return st.MPI_SOURCE
+
+    def recv_all(self, list bufs, list srcs, int tag):
+        """Receive bufs[i] from srcs[i], all at once."""
+        cdef int n = len(bufs), i, err = 0
+        cdef size_t nb
+        cdef char* p
+        cdef MPI_Request* reqs = <MPI_Request*>malloc(n * sizeof(MPI_Request))
+        try:
+            for i in range(n):
+                p = _data(bufs[i], &nb)
+                _check(MPI_Irecv(p, <int>nb, MPI_BYTE, srcs[i], tag, self.comm, &reqs[i]),
+                       f"receive from {srcs[i]}")
+            with nogil:
+                err = _poll(reqs, n, NULL, self.timeout)
+            _check(err, f"waiting for ranks {srcs}")
+        finally:
+            free(reqs)
+
+    def probe(self, int src, int tag):
+        """Whether a message from src with tag is waiting (no wait)."""
+        cdef int flag = 0
+        cdef MPI_Status st
+        _check(MPI_Iprobe(src, tag, self.comm, &flag, &st), "probe")
+        return st.MPI_SOURCE if flag else None
+
+    def recv_bytes(self, int src, int tag, double timeout=-1):
+        """A message of unknown length (an error text), as bytes."""
+        cdef int flag = 0, err = 0, count = 0
+        cdef MPI_Status st
+        cdef double t0 = hv_now()
+        if timeout < 0:
+            timeout = self.timeout
+        with nogil:
+            while True:
+                err = MPI_Iprobe(src, tag, self.comm, &flag, &st)
+                if err or flag:
+                    break
+                if timeout > 0 and hv_now() - t0 > timeout:
+                    err = PS_TIMEOUT
+                    break
+                hv_sleep(100e-6)
+        _check(err, f"waiting for a message from rank {src}")
+        MPI_Get_count(&st, MPI_BYTE, &count)
+        buf = cnp.PyArray_ZEROS(1, [count], cnp.NPY_UINT8, 0)
+        self.recv(buf, st.MPI_SOURCE, tag)
+        return bytes(buf)
+
+    def allgather_bytes(self, bytes data):
+        """Every rank's `data`, in rank order (MPI_Iallgather(v), polled without the GIL)."""
+        cdef int size = 0, i, err
+        MPI_Comm_size(self.comm, &size)
+        cdef cnp.ndarray lens = cnp.PyArray_ZEROS(1, [size], cnp.NPY_INT32, 0)
+        cdef int mine = len(data)
+        cdef MPI_Request req
+        _check(MPI_Iallgather(&mine, 1, MPI_INT, cnp.PyArray_DATA(lens), 1, MPI_INT, self.comm, &req),
+               "allgather")
+        with nogil:
+            err = _poll(&req, 1, NULL, self.timeout)
+        _check(err, "final exchange (lengths)")
+        cdef cnp.ndarray displs = cnp.PyArray_ZEROS(1, [size], cnp.NPY_INT32, 0)
+        cdef int total = 0
+        for i in range(size):
+            (<int*>cnp.PyArray_DATA(displs))[i] = total
+            total += (<int*>cnp.PyArray_DATA(lens))[i]
+        cdef cnp.ndarray out = cnp.PyArray_ZEROS(1, [max(total, 1)], cnp.NPY_UINT8, 0)
+        cdef const char* src = data
+        _check(MPI_Iallgatherv(<void*>src, mine, MPI_BYTE, cnp.PyArray_DATA(out),
+                               <int*>cnp.PyArray_DATA(lens), <int*>cnp.PyArray_DATA(displs),
+                               MPI_BYTE, self.comm, &req), "allgatherv")
+        with nogil:
+            err = _poll(&req, 1, NULL, self.timeout)
+        _check(err, "final exchange")
+        raw = bytes(out)
+        return [raw[displs[i]:displs[i] + lens[i]] for i in range(size)]
+
+
+def header(int kind, int64_t a=0, int64_t b=0, int64_t c=0):
+    """A control message: kind and three integers."""
+    cdef cnp.ndarray h = cnp.PyArray_ZEROS(1, [HEADER], cnp.NPY_INT64, 0)
+    cdef int64_t* p = <int64_t*>cnp.PyArray_DATA(h)
+    p[0], p[1], p[2], p[3] = kind, a, b, c
+    return h
+
+
+def now():
+    return hv_now()
+
+
+def serve_loop(Link link, handler):
+    """The server's loop: wait (without the GIL) for the next control message from any rank and
+    hand it to handler.on_message(source, header); stop when that returns False."""
+    cdef cnp.ndarray h = cnp.PyArray_ZEROS(1, [HEADER], cnp.NPY_INT64, 0)
+    while True:
+        src = link.recv(h, MPI_ANY_SOURCE, TAG_CTRL)
+        if not handler.on_message(src, h.copy()):
+            return
