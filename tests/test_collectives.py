@@ -80,14 +80,15 @@ def test_shm_segment_does_not_outlive_a_killed_rank(mpirun, tmp_path):
     script.write_text(
         "import os, signal, numpy as np, hvlite as hvd\n"
         "hvd.init()\n"
-        "print('pid', os.getpid(), flush=True)\n"
+        "os.write(1, f'pid={os.getpid()}\\n'.encode())\n"
         "hvd.allreduce(np.ones(1000, np.float32), algorithm='shm')\n"
         "if hvd.rank() == 1:\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "import time; time.sleep(30)\n")
     with pytest.raises(pytest.fail.Exception) as info:
         mpirun(2, str(script), timeout=60, pytest_module=False)
-    pids = [line.split()[-1] for line in str(info.value).splitlines() if " pid " in f" {line}"]
+    import re
+    pids = set(re.findall(r"pid=(\d+)", str(info.value)))
     assert len(pids) == 2, str(info.value)
     left = [e for e in os.listdir("/dev/shm") if e.startswith("hvlite-") and e.split("-")[1] in pids]
     assert not left, f"left in /dev/shm after a killed rank: {left}"

@@ -30,3 +30,9 @@ def test_horovod_script_runs_with_only_the_import_changed(mpirun):
                  pytest_module=False, timeout=180)
     acc = float(out.split("accuracy ")[1].split("%")[0])
     assert acc >= 88.0 and "identical on every rank: True" in out, out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_process_sets_and_compression(mpirun, n):
+    pytest.importorskip("torch")
+    mpirun(n, "tests/mpi/mpi_torch_psets.py", timeout=120)

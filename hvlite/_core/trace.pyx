@@ -20,8 +20,8 @@ cdef extern from "stdio.h" nogil:
 
 cdef const char* KINDS[7]
 KINDS[:] = [b"ALLREDUCE", b"ALLGATHER", b"BROADCAST", b"ALLTOALL", b"REDUCESCATTER", b"BARRIER", b"JOIN"]
-cdef const char* ALGOS[7]
-ALGOS[:] = [b"AUTO", b"RING", b"RHD", b"TREE", b"HIERARCHICAL", b"MPI", b"RD"]
+cdef const char* ALGOS[8]
+ALGOS[:] = [b"AUTO", b"RING", b"RHD", b"TREE", b"HIERARCHICAL", b"MPI", b"RD", b"SHM"]
 cdef const char* DTYPES[12]
 DTYPES[:] = [b"float16", b"bfloat16", b"float32", b"float64", b"int8", b"uint8", b"int16",
              b"uint16", b"int32", b"uint32", b"int64", b"uint64"]
@@ -124,7 +124,7 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
                  _pick(DTYPES, 12, e.dtype), e.fused)
     args.append(buf, k)
     if e.kind == 0:
-        k = snprintf(buf, 256, ',"algorithm":"%s"', _pick(ALGOS, 7, e.algorithm))
+        k = snprintf(buf, 256, ',"algorithm":"%s"', _pick(ALGOS, 8, e.algorithm))
         args.append(buf, k)
     args.push_back(b'}')
     _x(r, out, KINDS[e.kind], tid, e.submitted, e.done, args)      # the outer event
@@ -140,7 +140,7 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
     if e.fused > 1:
         _x(r, out, b"MEMCPY_IN_FUSION_BUFFER", tid, e.start, e.packed, args)
     if e.kind == 0:
-        snprintf(opname, 64, "%s_ALLREDUCE", _pick(ALGOS, 7, e.algorithm))
+        snprintf(opname, 64, "%s_ALLREDUCE", _pick(ALGOS, 8, e.algorithm))
         _x(r, out, opname, tid, e.packed, e.ran, args)
     else:       # the other collectives run on MPI's own implementations
         snprintf(opname, 64, "MPI_%s", KINDS[e.kind])

@@ -1,20 +1,54 @@
-"""`hvd.Compression`: hvlite's compressors when present, else only the no-op one."""
-try:
-    from hvlite.compression import Compression
-except ImportError:
-    class _NoneCompressor:
-        """Leaves the tensor as it is."""
+"""`hvd.Compression`: hvlite.compression's methods in Horovod's torch protocol.
 
-        @staticmethod
-        def compress(tensor):
+Horovod's compressors take and return tensors (`compress(t) -> (t, ctx)`, `decompress(t, ctx)`);
+hvlite's take NumPy arrays and also run their own exchange (`allreduce_async`), which is what
+hvlite.torch's allreduce and DistributedOptimizer use. Each entry here wraps one hvlite
+compressor and speaks both: casts in torch for the tensor protocol, the hvlite compressor for the
+exchange. Calling an entry with options gives a fresh one, as in hvlite.compression.
+"""
+import torch
+
+from hvlite.compression import Compression as _Methods
+from hvlite.compression import METHODS
+
+_CASTS = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class TorchCompressor:
+    def __init__(self, method, inner):
+        self.method, self.inner = method, inner
+
+    def compress(self, tensor):
+        """Horovod's protocol; for the sparse and low-rank methods use allreduce or
+        DistributedOptimizer, which exchange their payloads properly."""
+        if self.method not in _CASTS:
+            raise NotImplementedError(
+                f"Compression.{self.method}: compress(tensor) exists only for none, fp16 and bf16; "
+                f"pass compression= to allreduce or DistributedOptimizer instead")
+        wire = _CASTS[self.method]
+        if wire is None or not tensor.is_floating_point():
             return tensor, None
+        return tensor.to(wire), tensor.dtype
 
-        @staticmethod
-        def decompress(tensor, ctx):
-            return tensor
+    def decompress(self, tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
 
-    class Compression:
-        """Gradient compression for allreduce; this build has no compressor but `none`."""
-        none = _NoneCompressor
+    def allreduce_async(self, x, op, name):
+        return self.inner.allreduce_async(x, op=op, name=name)
 
-__all__ = ["Compression"]
+    def __call__(self, **options):
+        return TorchCompressor(self.method, self.inner(**options))
+
+    def __repr__(self):
+        return f"hvlite.torch.Compression.{self.method}"
+
+
+class Compression:
+    """Horovod's `hvd.Compression`: none and fp16 as in Horovod, plus hvlite's bf16, int8, topk,
+    randomk, sign and powersgd (e.g. `Compression.topk(ratio=0.01)`)."""
+
+
+for _m in METHODS:
+    setattr(Compression, _m, TorchCompressor(_m, getattr(_Methods, _m)))
+
+__all__ = ["Compression", "TorchCompressor"]

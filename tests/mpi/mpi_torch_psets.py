@@ -1,0 +1,54 @@
+"""Rank side: hvlite.torch with process sets and compression, after init(process_sets=...)."""
+import numpy as np
+import pytest
+import torch
+
+import hvlite.torch as hvd
+
+hvd.init(process_sets="dynamic")
+N, RANK = hvd.size(), hvd.rank()
+from helpers import assert_everywhere, expect_raise_everywhere  # noqa: E402
+
+
+def test_allreduce_and_optimizer_on_a_subset():
+    members = list(range(1, N))          # rank 0 stays outside
+    ps = hvd.add_process_set(members)
+    failures = []
+    x = torch.arange(6, dtype=torch.float32) * (RANK + 1)
+    if ps.included():
+        got = hvd.allreduce(x, op=hvd.Sum, process_set=ps, name="sub")
+        want = torch.arange(6, dtype=torch.float32) * sum(r + 1 for r in members)
+        if not torch.equal(got, want):
+            failures.append(f"rank {RANK}: subset sum {got} != {want}")
+        hvd.allreduce_(x, process_set=ps, name="sub.inplace")
+        if not torch.allclose(x, want / len(members)):
+            failures.append(f"rank {RANK}: subset in-place average {x}")
+        model = torch.nn.Linear(3, 1, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters(), process_set=ps)
+        loss = model(torch.full((1, 3), float(RANK + 1))).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want_w = 1.0 - np.mean([r + 1 for r in members])
+        if not torch.allclose(model.weight, torch.full((1, 3), want_w)):
+            failures.append(f"rank {RANK}: subset optimizer step gave {model.weight}")
+    else:
+        try:
+            hvd.allreduce(x, process_set=ps, name="outsider")
+            failures.append(f"rank {RANK}: an outsider's allreduce on the set did not raise")
+        except ValueError as e:
+            if "not part of process set" not in str(e):
+                failures.append(f"rank {RANK}: unclear error {e}")
+    assert_everywhere(failures)
+    hvd.remove_process_set(ps)
+
+
+def test_compression_fp16_through_torch():
+    x = torch.full((10,), 0.5 * (RANK + 1))
+    got = hvd.allreduce(x, compression=hvd.Compression.fp16, name="c16")
+    want = torch.full((10,), 0.5 * np.mean([r + 1 for r in range(N)]))
+    assert_everywhere([] if torch.allclose(got, want, atol=1e-3) and got.dtype == torch.float32
+                      else [f"rank {RANK}: fp16 compression gave {got}"])
