@@ -49,7 +49,6 @@ class Settings:
     beta_mem: float = 1 / 10e9     #   seconds per byte copied (measured at init with the probe)
     shm: bool = True               # map a shared segment per node (algorithm "shm", hierarchical)
     shm_segment_bytes: int = 256 << 10  # per-rank slot; large buffers go through in segments
-    shm_fusion_bytes: int = 4 << 20     # slot size: a fused batch packed into the segment
     shm_redundant_bytes: int = 16 << 10  # up to this many bytes every rank reduces all slots
                                         # (one barrier) instead of a slice (two)
 
@@ -59,8 +58,7 @@ class Settings:
                 "gamma": self.gamma, "alpha_shm": self.alpha_shm, "beta_mem": self.beta_mem}
 
     def shm_args(self):
-        return (self.shm, self.shm_segment_bytes, self.shm_fusion_bytes, self.shm_redundant_bytes,
-                self.probe)
+        return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe)
 
 
 # hvlite name -> Horovod's name for the same setting
@@ -173,7 +171,6 @@ def load(env=None):
         beta_mem=_float(env, "HVLITE_BETA_MEM", d.beta_mem),
         shm=_bool(env, "HVLITE_SHM", d.shm),
         shm_segment_bytes=_int(env, "HVLITE_SHM_SEGMENT_BYTES", d.shm_segment_bytes, 4096, 1 << 30),
-        shm_fusion_bytes=_int(env, "HVLITE_SHM_FUSION_BYTES", d.shm_fusion_bytes, 0, 1 << 34),
         shm_redundant_bytes=_int(env, "HVLITE_SHM_REDUNDANT_BYTES", d.shm_redundant_bytes, 0, 1 << 40),
         cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
         fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),

@@ -67,7 +67,7 @@ def test_buffers_over_two_to_the_31_elements(mpirun):
     mpirun(2, "tests/mpi/mpi_large.py", timeout=400)
 
 
-@pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (4, {"HVLITE_SHM_FUSION_BYTES": "65536"}),
+@pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (4, {"HVLITE_SHM_SEGMENT_BYTES": "65536"}),
                                    (3, {"HVLITE_LOCAL_SIZE": "2"}), (2, {"HVLITE_SHM": "0"})])
 def test_shm_segment_and_coordinator(mpirun, n, env):
     mpirun(n, "tests/mpi/mpi_shm.py", env=env, timeout=240)

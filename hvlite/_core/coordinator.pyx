@@ -97,7 +97,7 @@ cdef class Coordinator:
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
                  double stall_check, double stall_shutdown, size_t fusion_tensor_limit,
-                 tuple shm=(False, 0, 0, 0, False)):
+                 tuple shm=(False, 0, 0, False)):
         context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
         self.fusion.threshold = fusion_threshold
         self.fusion.tensor_limit = fusion_tensor_limit

@@ -43,7 +43,7 @@ cdef allreduce_fn _cross_fn(Context* c, size_t nbytes) noexcept nogil:
 
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
                       int nodes, size_t segment_bytes, dict model, tuple shm) except -1:
-    """shm: (enabled, segment bytes, slot bytes, redundant-reduce limit, probe). Collective."""
+    """shm: (enabled, segment bytes, redundant-reduce limit, probe). Collective over comm."""
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi
@@ -55,8 +55,8 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
     if c.scratch.buf == NULL:
         raise MemoryError("hvlite: cannot allocate the scratch segments")
-    enabled, seg, slot, redundant_max, probe = shm
-    shm_open_area(&c.shm, local, seg, slot, redundant_max, enabled)
+    enabled, seg, redundant_max, probe = shm
+    shm_open_area(&c.shm, local, seg, redundant_max, enabled)
     # Slices must line up across nodes: one segment size and one verdict for the whole job.
     mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
     agreed = comm.allreduce(mine, op=_min_op())

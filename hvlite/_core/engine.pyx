@@ -24,7 +24,7 @@ def error_string(int code):
     if code == HV_ERR_NOMEM:
         return "out of memory allocating request or scratch space"
     if code == HV_ERR_SHM:
-        return "the shared-memory all-reduce is unavailable here (see Engine.shm_info / hvlite.shm_info())"
+        return "the shared-memory all-reduce is unavailable here (see the runtime's engine.shm_info())"
     if MPI_Error_string(code, msg, &n) != MPI_SUCCESS:
         return f"unknown MPI error {code}"
     return msg[:n].decode("utf-8", "replace")
@@ -54,7 +54,7 @@ cdef class Engine:
         self.ctx.scratch.buf = NULL
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
-                 dict cost_model, tuple shm=(False, 0, 0, 0, False)):
+                 dict cost_model, tuple shm=(False, 0, 0, False)):
         context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
@@ -70,7 +70,7 @@ cdef class Engine:
 
     def shm_info(self):
         """The shared segment: whether shm may run, its segment size, and why not when not."""
-        return {"available": bool(self.ctx.shm_ok), "segment_bytes": self.ctx.shm.seg, "slot_bytes": self.ctx.shm.slot_bytes,
+        return {"available": bool(self.ctx.shm_ok), "segment_bytes": self.ctx.shm.seg if self.ctx.shm.seg < (1 << 62) else 0,
                 "mapped_bytes": self.ctx.shm.map_bytes, "ranks": self.ctx.shm.L,
                 "redundant_bytes": self.ctx.shm.redundant_max,
                 "why": "" if self.ctx.shm_ok else self.ctx.shm.why.decode("utf-8", "replace")}

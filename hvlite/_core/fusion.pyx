@@ -5,9 +5,9 @@ HVLITE_FUSION_TENSOR_LIMIT bytes: fusing it saves one latency but costs two pass
 memory (measured: 220-tensor step 0.78x MPI fusing everything, see README). The batches follow
 item order, identical on every rank.
 
-On one node with a shared segment the batch is packed straight into this rank's slot of the
-segment and each tensor is unpacked straight from the reduced slots: no fusion-buffer copy and no
-copy inside the collective. Batches are then capped at the slot size.
+On one node with a shared segment a batch never touches the fusion buffer: segment by segment,
+the tensors' inputs are gathered straight into this rank's slot and the reduced result scattered
+straight into their outputs (shm.pyx), so fusing costs no copy and large tensors fuse too.
 """
 # distutils: language = c++
 from libc.stdlib cimport malloc, free
@@ -19,7 +19,7 @@ from hvlite._core.request cimport hv_now
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport fill_identity, divide_by, OP_AVERAGE, OP_SUM
 from hvlite._core.select cimport ALG_SHM, ALG_AUTO
-from hvlite._core.shm cimport shm_fused_capacity, shm_fused_input, shm_fused_reduce, shm_fused_output
+from hvlite._core.shm cimport ShmPiece, shm_allreduce_pieces
 from hvlite._core.dispatch cimport Context, resolve_algorithm, run_allreduce
 
 
@@ -56,6 +56,10 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         total += item_count(items[k].meta)
         items[k].start = t0
         items[k].fused = <int>batch.size()
+    if _in_segment(c, it.meta.algorithm):
+        # Straight through the shared segment: the gather is the only copy in, the scatter the
+        # only copy out (for a lone tensor too), so auto takes it for every batch on one node.
+        return _run_in_segment(c, items, batch, total, contributors, t0)
     algo = resolve_algorithm(c, total * es, it.meta.algorithm)
     if batch.size() == 1:
         if it.req != NULL:
@@ -75,11 +79,6 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         else:
             it.req.algorithm_used = algo
         return err
-    if (c.nodes == 1 and total * es <= shm_fused_capacity(&c.shm)
-            and (algo == ALG_SHM or it.meta.algorithm == ALG_AUTO)):
-        # Packed straight into the segment, the pack is the only copy: auto takes it always.
-        algo = ALG_SHM
-        return _run_in_segment(c, items, batch, total, contributors, t0, ALG_SHM)
     if _reserve(f, total * es):
         return -1
     for k in batch:
@@ -107,44 +106,47 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
     return err
 
 
+cdef bint _in_segment(Context* c, int algorithm) noexcept nogil:
+    """Fused batches of this algorithm go through the node's shared segment."""
+    return (c.nodes == 1 and c.shm_ok and c.shm.L > 1
+            and (algorithm == ALG_SHM or algorithm == ALG_AUTO))
+
+
 cdef int _run_in_segment(Context* c, vector[Item]& items, vector[size_t]& batch, size_t total,
-                         long contributors, double t0, int algo) noexcept nogil:
+                         long contributors, double t0) noexcept nogil:
     cdef int dtype = items[batch[0]].meta.dtype, op = items[batch[0]].meta.op
     cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
-    cdef size_t es = dtype_size(dtype), off = 0, n, k
-    cdef char* slot = shm_fused_input(&c.shm)
-    cdef double t1, t2
+    cdef vector[ShmPiece] pieces
+    cdef ShmPiece piece
+    cdef size_t off = 0, k
+    cdef double t1
     for k in batch:
-        n = item_count(items[k].meta)
-        if items[k].req != NULL:
-            memcpy(slot + off * es, items[k].req.input, n * es)
-        else:
-            fill_identity(slot + off * es, n, dtype, kernel_op)
-        off += n
-    t1 = hv_now()
-    cdef int err = shm_fused_reduce(&c.shm, total, dtype, kernel_op)
-    t2 = hv_now()
-    off = 0
+        piece.count = item_count(items[k].meta)
+        piece.start = off
+        piece.input = items[k].req.input if items[k].req != NULL else NULL
+        piece.output = items[k].req.output if items[k].req != NULL else NULL
+        pieces.push_back(piece)
+        off += piece.count
+    cdef int err = shm_allreduce_pieces(pieces.data(), pieces.size(), total, dtype, kernel_op,
+                                        &c.shm)
     for k in batch:
-        n = item_count(items[k].meta)
         if items[k].req != NULL and not err:
-            shm_fused_output(&c.shm, off, n, dtype, kernel_op, items[k].req.output)
             if op == OP_AVERAGE:
-                divide_by(items[k].req.output, n, dtype, contributors)
-            items[k].req.algorithm_used = algo
-        off += n
-    t0 = hv_now()
-    for k in batch:
-        items[k].packed = t1
-        items[k].ran = t2
-        items[k].unpacked = t0
+                divide_by(items[k].req.output, item_count(items[k].meta), dtype, contributors)
+            items[k].req.algorithm_used = ALG_SHM
+    t1 = hv_now()
+    for k in batch:             # packing, reduction and unpacking are one pipelined pass
+        items[k].packed = t0
+        items[k].ran = t1
+        items[k].unpacked = t1
     return err
 
 
 cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long contributors) noexcept nogil:
     cdef vector[char] used
     cdef vector[size_t] batch
-    cdef size_t i, j, k, es, nbytes, batch_bytes, limit
+    cdef size_t i, j, k, es, nbytes, batch_bytes
+    cdef bint large_alone
     cdef int err
     used.assign(items.size(), 0)
     for i in range(items.size()):
@@ -154,12 +156,9 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         batch.clear()
         batch_bytes = 0
         es = dtype_size(items[i].meta.dtype)
-        limit = f.threshold
-        if (c.nodes == 1 and shm_fused_capacity(&c.shm) and limit > shm_fused_capacity(&c.shm)
-                and (items[i].meta.algorithm == ALG_SHM or items[i].meta.algorithm == ALG_AUTO)):
-            # Batches that fit the segment, every tensor included: packing is then the copy the
-            # collective would make anyway, so fusing large tensors costs nothing.
-            limit = shm_fused_capacity(&c.shm)
+        # Through the shared segment, packing is the copy the collective makes anyway, so
+        # large tensors fuse for free.
+        large_alone = not _in_segment(c, items[i].meta.algorithm)
         for j in range(i, items.size()):
             if used[j] or items[j].meta.collective != C_ALLREDUCE:
                 continue
@@ -167,13 +166,13 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
                     or items[j].meta.algorithm != items[i].meta.algorithm):
                 continue
             nbytes = item_count(items[j].meta) * es
-            if nbytes >= f.tensor_limit and limit == f.threshold:
+            if nbytes >= f.tensor_limit and large_alone:
                 if j != i:
                     continue    # it gets a batch of its own when the outer loop reaches it
                 batch.push_back(j)
                 used[j] = 1
                 break
-            if batch.size() and batch_bytes + nbytes > limit:
+            if batch.size() and batch_bytes + nbytes > f.threshold:
                 err = _run_batch(c, f, items, batch, contributors)
                 for k in batch:
                     items[k].err = err

@@ -2,23 +2,20 @@ from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch, allreduce_fn
 
 # A segment shared by the L ranks of one node: a control page with one epoch counter per rank,
-# then two slots per rank (by epoch parity) and two result areas, each `slot_bytes` bytes.
+# then two slots per rank (by epoch parity) and two result areas, each `seg` bytes.
 cdef struct ShmArea:
     char* base           # NULL: unavailable (then `why` says why)
     size_t map_bytes
     size_t seg           # bytes per pipeline segment, a multiple of 64
-    size_t slot_bytes    # bytes per slot (>= seg): what one fused batch may hold
     int L                # ranks on the node
     int me               # this rank's index among them
     long long epoch      # barriers passed; the same on every rank of the node
     size_t redundant_max # up to this many bytes per segment every rank reduces everything
-    int fused_parity     # where shm_fused_output reads: slots (redundant) or results (sliced)
-    bint fused_sliced
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
-cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t slot_bytes,
-                       size_t redundant_max, bint enabled) except -1
+cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redundant_max,
+                       bint enabled) except -1
 cdef void shm_close_area(ShmArea* a) noexcept nogil
 cdef void shm_set_why(ShmArea* a, str why)
 
@@ -27,13 +24,19 @@ cdef void shm_set_why(ShmArea* a, str why)
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
                        MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s) noexcept nogil
 
-# Fusion straight into the segment: pack up to shm_fused_capacity bytes at shm_fused_input,
-# call shm_fused_reduce once, then fetch each tensor's reduced range with shm_fused_output.
-cdef size_t shm_fused_capacity(ShmArea* a) noexcept nogil
-cdef char* shm_fused_input(ShmArea* a) noexcept nogil
-cdef int shm_fused_reduce(ShmArea* a, size_t count, int dtype, int op) noexcept nogil
-cdef void shm_fused_output(ShmArea* a, size_t offset, size_t count, int dtype, int op,
-                           char* dst) noexcept nogil
+# One tensor of a fused batch: elements [start, start + count) of the batch. input NULL: the
+# op's identity (a rank that has joined); output NULL: the result is not kept.
+cdef struct ShmPiece:
+    const char* input
+    char* output
+    size_t start
+    size_t count
+
+# A fused batch straight through the segment, segment by segment: each segment is gathered from
+# the tensors' inputs into this rank's slot and the reduced result scattered into their outputs;
+# no fusion buffer. Single node only (HV_ERR_SHM where there is no segment).
+cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
+                              ShmArea* a) noexcept nogil
 
 # Mean seconds per flag barrier (collective over the node): the cost model's alpha_shm.
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil

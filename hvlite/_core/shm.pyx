@@ -26,7 +26,7 @@ from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport reduce_into
+from hvlite._core.reduce cimport reduce_into, fill_identity
 from hvlite._core.p2p cimport block_start, comm_size, HV_ERR_SHM
 
 cdef extern from "fcntl.h" nogil:
@@ -55,11 +55,11 @@ cdef inline size_t _ctrl_bytes(int L) noexcept nogil:
 
 
 cdef inline char* _slot(ShmArea* a, int r, int parity) noexcept nogil:
-    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * r + parity)) * a.slot_bytes
+    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * r + parity)) * a.seg
 
 
 cdef inline char* _result(ShmArea* a, int parity) noexcept nogil:
-    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * a.L + parity)) * a.slot_bytes
+    return a.base + _ctrl_bytes(a.L) + (<size_t>(2 * a.L + parity)) * a.seg
 
 
 cdef inline size_t _slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
@@ -204,44 +204,155 @@ cdef inline (size_t, size_t) _slice_bounds(size_t n, ShmArea* a, size_t es, bint
     return _slice_start(n, a.L, a.me, es), _slice_start(n, a.L, a.me + 1, es)
 
 
-cdef size_t shm_fused_capacity(ShmArea* a) noexcept nogil:
-    return a.slot_bytes if a.base != NULL and a.L > 1 else 0
+cdef size_t _find(const ShmPiece* p, size_t np, size_t at) noexcept nogil:
+    """The piece holding virtual element `at` (binary search over the starts)."""
+    cdef size_t lo = 0, hi = np, mid
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if p[mid].start <= at:
+            lo = mid
+        else:
+            hi = mid
+    while lo + 1 < np and p[lo].start + p[lo].count <= at:
+        lo += 1              # skip empty pieces
+    return lo
 
 
-cdef char* shm_fused_input(ShmArea* a) noexcept nogil:
-    return _slot(a, a.me, (a.epoch + 1) & 1)
+cdef void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
+                  int op) noexcept nogil:
+    """dst = virtual elements [a, b): each piece's input (the op's identity where it has none)."""
+    cdef size_t es = dtype_size(dtype), i, take, end
+    if a >= b:
+        return
+    i = _find(p, np, a)
+    while a < b:
+        end = p[i].start + p[i].count
+        take = (end if end < b else b) - a
+        if take:
+            if p[i].input != NULL:
+                memcpy(dst, p[i].input + (a - p[i].start) * es, take * es)
+            else:
+                fill_identity(dst, take, dtype, op)
+            dst += take * es
+            a += take
+        i += 1
 
 
-cdef int shm_fused_reduce(ShmArea* a, size_t count, int dtype, int op) noexcept nogil:
-    cdef size_t es = dtype_size(dtype), lo, hi
-    cdef int p = (a.epoch + 1) & 1
+cdef void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                   size_t es) noexcept nogil:
+    """Each piece's output = virtual elements [a, b) of src (pieces without an output skip)."""
+    cdef size_t i, take, end
+    if a >= b:
+        return
+    i = _find(p, np, a)
+    while a < b:
+        end = p[i].start + p[i].count
+        take = (end if end < b else b) - a
+        if take:
+            if p[i].output != NULL:
+                memcpy(p[i].output + (a - p[i].start) * es, src, take * es)
+            src += take * es
+            a += take
+        i += 1
+
+
+cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, int dtype, int op,
+                            const ShmPiece* p, size_t np) noexcept nogil:
+    """Every slot's elements [0, count) reduced in slot order, straight into the pieces' outputs
+    for virtual elements [off, off + count)."""
+    cdef double acc_mem[2048]
+    cdef char* acc = <char*>acc_mem
+    cdef size_t es = dtype_size(dtype), step = CHUNK // es, done = 0, n
+    cdef int r
+    while done < count:
+        n = count - done if count - done < step else step
+        memcpy(acc, _slot(a, 0, parity) + done * es, n * es)
+        for r in range(1, a.L):
+            reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
+        _scatter(p, np, off + done, off + done + n, acc, es)
+        done += n
+
+
+cdef inline void _gather_except(const ShmPiece* p, size_t np, size_t off, size_t n, size_t lo,
+                                size_t hi, char* slot, int dtype, int op) noexcept nogil:
+    """Segment [off, off + n) of the batch into slot, but this rank's slice [lo, hi)."""
+    cdef size_t es = dtype_size(dtype)
+    _gather(p, np, off, off + lo, slot, dtype, op)
+    _gather(p, np, off + hi, off + n, slot + hi * es, dtype, op)
+
+
+cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, size_t hi, int dtype,
+                               int op, const ShmPiece* p, size_t np, char* result) noexcept nogil:
+    """result[lo:hi) and the pieces' outputs for batch elements [off + lo, off + hi) = the slots
+    reduced in slot order, this rank's own contribution read from its inputs."""
+    cdef double acc_mem[2048]
+    cdef double own_mem[2048]
+    cdef char* acc = <char*>acc_mem
+    cdef char* own = <char*>own_mem
+    cdef size_t es = dtype_size(dtype), step = CHUNK // es, at = lo, n
+    cdef const char* src
+    cdef int r
+    while at < hi:
+        n = hi - at if hi - at < step else step
+        _gather(p, np, off + at, off + at + n, own, dtype, op)
+        for r in range(a.L):
+            src = own if r == a.me else _slot(a, r, parity) + at * es
+            if r == 0:
+                memcpy(acc, src, n * es)
+            else:
+                reduce_into(acc, src, n, dtype, op)
+        memcpy(result + at * es, acc, n * es)
+        _scatter(p, np, off + at, off + at + n, acc, es)
+        at += n
+
+
+cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
+                              ShmArea* a) noexcept nogil:
+    cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, lo, hi, nn, nseg, k
+    cdef int pa, q
+    if count == 0:
+        return 0
+    if a.base == NULL or a.L == 1:
+        return HV_ERR_SHM
+    nseg = (count + per - 1) // per
+    if (count if count < per else per) * es <= a.redundant_max:
+        for k in range(nseg):
+            off = k * per
+            n = count - off if count - off < per else per
+            pa = (a.epoch + 1) & 1
+            _gather(p, np, off, off + n, _slot(a, a.me, pa), dtype, op)
+            _barrier(a)
+            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np)
+        return 0
+    # As shm_allreduce: gather only what the others reduce, reduce this rank's slice from its own
+    # inputs (through an L1 buffer) and the others' slots, scatter it from the accumulator.
+    n = count if count < per else per
+    _gather_except(p, np, 0, n, _slice_start(n, a.L, a.me, es), _slice_start(n, a.L, a.me + 1, es),
+                   _slot(a, a.me, (a.epoch + 1) & 1), dtype, op)
     _barrier(a)
-    a.fused_parity = p
-    a.fused_sliced = count * es > a.redundant_max
-    if a.fused_sliced:
-        lo = _slice_start(count, a.L, a.me, es)
-        hi = _slice_start(count, a.L, a.me + 1, es)
-        _reduce(a, p, lo, hi - lo, dtype, op, NULL, _result(a, p ^ 1) + lo * es, NULL)
+    for k in range(nseg):
+        off = k * per
+        n = count - off if count - off < per else per
+        lo = _slice_start(n, a.L, a.me, es)
+        hi = _slice_start(n, a.L, a.me + 1, es)
+        pa = a.epoch & 1
+        q = pa ^ 1
+        _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q))
+        if k + 1 < nseg:
+            nn = count - off - per if count - off - per < per else per
+            _gather_except(p, np, off + per, nn, _slice_start(nn, a.L, a.me, es),
+                           _slice_start(nn, a.L, a.me + 1, es), _slot(a, a.me, q), dtype, op)
         _barrier(a)
-        a.fused_parity = p ^ 1
+        _scatter(p, np, off, off + lo, _result(a, q), es)
+        _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, es)
     return 0
 
 
-cdef void shm_fused_output(ShmArea* a, size_t offset, size_t count, int dtype, int op,
-                           char* dst) noexcept nogil:
-    cdef size_t es = dtype_size(dtype)
-    if a.fused_sliced:
-        memcpy(dst, _result(a, a.fused_parity) + offset * es, count * es)
-    else:
-        _reduce(a, a.fused_parity, offset, count, dtype, op, NULL, dst, NULL)
-
-
-cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t slot_bytes,
-                       size_t redundant_max, bint enabled) except -1:
+cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redundant_max,
+                       bint enabled) except -1:
     from mpi4py import MPI
     cdef int L = local.Get_size(), me = local.Get_rank(), fd = -1
     cdef size_t seg = (seg_bytes + LINE - 1) // LINE * LINE, total = 0
-    cdef size_t slot = (slot_bytes + LINE - 1) // LINE * LINE
     cdef void* base = MAP_FAILED
     memset(a, 0, sizeof(ShmArea))
     a.L, a.me, a.redundant_max = L, me, redundant_max
@@ -264,23 +375,20 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t slot_b
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0o600)
         if fd < 0:
             why = f"shm_open({name.decode()}): {os.strerror(errno)}"
-        if slot < seg:
-            slot = seg
         while fd >= 0:
-            total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * slot
+            total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * seg
             # Reserve the pages now: a short /dev/shm fails here, not with SIGBUS mid-collective.
             if ftruncate(fd, total) == 0 and posix_fallocate(fd, 0, total) == 0:
                 break
-            if slot // 2 < MIN_SEG:
+            if seg // 2 < MIN_SEG:
                 why = f"/dev/shm has no room for {total} bytes"
                 close(fd)
                 shm_unlink(name)
                 fd = -1
                 break
-            slot //= 2
-            seg = seg if seg <= slot else slot
-    name, seg, slot, why = local.bcast((name, seg, slot, why) if me == 0 else None, root=0)
-    total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * slot
+            seg //= 2
+    name, seg, why = local.bcast((name, seg, why) if me == 0 else None, root=0)
+    total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * seg
     if not why:
         if me != 0:
             fd = shm_open(name, O_RDWR, 0o600)
@@ -298,7 +406,7 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t slot_b
             munmap(base, total)
         shm_set_why(a, why)
         return 0
-    a.base, a.map_bytes, a.seg, a.slot_bytes = <char*>base, total, seg, slot
+    a.base, a.map_bytes, a.seg = <char*>base, total, seg
     return 0
 
 

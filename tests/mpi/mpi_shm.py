@@ -39,14 +39,14 @@ def test_disabled_is_a_named_error():
 
 @pytest.mark.parametrize("algorithm", ["shm", "auto"])
 def test_many_fused_cycles(algorithm):
-    """Many rounds of mixed sizes through the coordinator: fused batches packed into the
-    segment (up to the slot size), tensors larger than a slot, joined with others submitted in
-    a different order on every rank; every result against NumPy, in every dtype class."""
+    """Many rounds of mixed sizes through the coordinator: fused batches gathered into the
+    segment and scattered out of it, tensors straddling segments and larger than several,
+    submitted in a different order on every rank; every result against NumPy."""
     if algorithm == "shm" and not ENABLED:
         pytest.skip("HVLITE_SHM=0: only auto runs (over point-to-point)")
     rng = np.random.default_rng(7)
-    slot = MPI.COMM_WORLD.allreduce(INFO["slot_bytes"], op=MPI.MAX) or (1 << 20)
-    sizes = [0, 1, 3, 1000, 4099, slot // 4 + 1, slot // 4 * 2 + 5, 97]
+    slot = MPI.COMM_WORLD.allreduce(INFO["segment_bytes"], op=MPI.MAX) or (1 << 20)
+    sizes = [0, 1, 3, 1000, 4099, slot // 8 + 1, slot // 8 * 5 + 5, 97]
     failures = []
     for step in range(25):
         dtypes = [np.float32, np.int64, np.float64]
