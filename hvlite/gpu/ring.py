@@ -38,8 +38,9 @@ def divide(xp, x, n):
         x[...] = q
 
 
-def allreduce(comm, x, op, xp, tmp=None):
-    """Reduce the flat, contiguous device array `x` in place across `comm`."""
+def allreduce(comm, x, op, xp, tmp=None, fence=None):
+    """Reduce the flat, contiguous device array `x` in place across `comm`. `fence()` runs
+    after each reduction, before MPI reads its result (on a GPU: wait for the stream)."""
     from mpi4py import MPI
     n, r = comm.Get_size(), comm.Get_rank()
     count = x.size
@@ -55,6 +56,8 @@ def allreduce(comm, x, op, xp, tmp=None):
             comm.Sendrecv([x[b[s]:b[s + 1]].view(xp.uint8), MPI.BYTE], right, 0,
                           [recv.view(xp.uint8), MPI.BYTE], left, 0)
             reduce(x[b[t]:b[t + 1]], recv, out=x[b[t]:b[t + 1]])
+            if fence is not None:
+                fence()
         for step in range(n - 1):            # all-gather the reduced segments
             s, t = (r + 1 - step) % n, (r - step) % n
             comm.Sendrecv([x[b[s]:b[s + 1]].view(xp.uint8), MPI.BYTE], right, 1,
