@@ -15,6 +15,7 @@ from hvlite.config import ALGORITHMS
 from hvlite.errors import (DtypeError, InvalidArgumentError, MismatchError, MPIError,
                            ShutdownError, StallError)
 from hvlite.ops import Average, as_op
+from hvlite.gpu.arrays import is_device_array
 # The core is compiled; importing it here (not at package import) would start MPI early.
 CODES = code_of = supported_names = None
 
@@ -172,6 +173,15 @@ def _submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=No
     return h
 
 
+def _gpu(x):
+    """hvlite.gpu.api for a device array (CuPy, torch CUDA, __cuda_array_interface__, CUDA
+    DLPack), else None; NumPy input never imports anything for this."""
+    if isinstance(x, np.ndarray) or not is_device_array(x):
+        return None
+    from hvlite.gpu import api
+    return api
+
+
 def _contiguous(x):
     x = np.asarray(x)
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
@@ -200,7 +210,16 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
         if process_set is not None and process_set is not global_process_set:
             raise InvalidArgumentError(f"allreduce {name!r}: compression= runs on the global "
                                        f"process set only, not on {process_set}")
+        if _gpu(x) is not None:
+            raise InvalidArgumentError(f"allreduce {name!r}: compression= takes host arrays; "
+                                       "this one is on a GPU")
         return compression.allreduce_async(x, op=op, name=name)
+    gpu = _gpu(x)
+    if gpu is not None:
+        if algorithm not in (None, "auto"):
+            raise InvalidArgumentError(f"allreduce {name!r}: algorithm= applies to host arrays; "
+                                       "device arrays use the GPU path (see hvlite.gpu)")
+        return gpu.submit(gpu.ALLREDUCE, x, name, op=op, process_set=process_set)
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce")
     x = _contiguous(x)
@@ -210,7 +229,10 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
 
 
 def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
-    """Start reducing the NumPy array `x` in place; returns a Handle."""
+    """Start reducing the NumPy (or device) array `x` in place; returns a Handle."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.ALLREDUCE, x, name, op=op, inplace=True, process_set=process_set)
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce_")
     if not isinstance(x, np.ndarray):
@@ -264,6 +286,9 @@ def grouped_allreduce(tensors, op=Average, name=None, algorithm=None,
 def allgather_async(x, name=None, process_set=global_process_set):
     """Start concatenating every rank's `x` along the first dimension (which may differ by
     rank), in rank order (within a process set: in the order of its ranks)."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.ALLGATHER, x, name, process_set=process_set)
     st = state_of(runtime.current(), process_set, "allgather")
     x = _contiguous(x)
     if x.ndim == 0:
@@ -304,6 +329,9 @@ def _root_check(st, x, root_rank, kind, inplace=False):
 def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
     """Start copying root_rank's `x` to every rank of the set, into a new array. root_rank is
     a global rank (as in Horovod), and must belong to the set."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.BROADCAST, x, name, root_rank=root_rank, process_set=process_set)
     st = state_of(runtime.current(), process_set, "broadcast")
     x = _contiguous(x)
     out = np.empty_like(x)
@@ -313,6 +341,10 @@ def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
     """Start overwriting the NumPy array `x` with root_rank's, in place."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.BROADCAST, x, name, root_rank=root_rank, inplace=True,
+                          process_set=process_set)
     st = state_of(runtime.current(), process_set, "broadcast_")
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
         raise InvalidArgumentError("broadcast_: needs a C-contiguous NumPy array")
@@ -332,6 +364,9 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
     """Start sending splits[i] rows of `x` (along the first dimension) to rank i (within a
     process set: to its i-th rank); without splits, equal parts. The result is the received
     rows, in rank order; with splits given, the handle's result is (rows, received_splits)."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.ALLTOALL, x, name, splits=splits, process_set=process_set)
     st = state_of(runtime.current(), process_set, "alltoall")
     x = _contiguous(x)
     if x.ndim == 0:
@@ -368,6 +403,9 @@ def alltoall(x, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(x, op=Average, name=None, process_set=global_process_set):
     """Start reducing `x` across the set's ranks and keeping this rank's block of rows (the first
     dimension split into size blocks, the first `rows % size` one row longer)."""
+    gpu = _gpu(x)
+    if gpu is not None:
+        return gpu.submit(gpu.REDUCESCATTER, x, name, op=op, process_set=process_set)
     st = state_of(runtime.current(), process_set, "reducescatter")
     x = _contiguous(x)
     if x.ndim == 0:

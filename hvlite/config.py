@@ -51,6 +51,8 @@ class Settings:
     shm_segment_bytes: int = 256 << 10  # per-rank slot; large buffers go through in segments
     shm_redundant_bytes: int = 16 << 10  # up to this many bytes every rank reduces all slots
                                         # (one barrier) instead of a slice (two)
+    cuda_aware: str = "auto"       # device arrays straight to MPI: "auto" asks the library
+    cuda_chunk_bytes: int = 4 << 20  # host staging: bytes per chunk (two pinned slots)
 
     def cost_model(self):
         return {"alpha_intra": self.alpha_intra, "beta_intra": self.beta_intra,
@@ -152,6 +154,18 @@ def _bool(env, name, default):
     raise ConfigError(f"{env.source(name)}={raw!r} is not a boolean (accepted: 1/0, true/false, yes/no, on/off)")
 
 
+def _tristate(env, name, default):
+    """auto, or a boolean spelled as _bool accepts, returned as "auto", "1" or "0"."""
+    raw = env.get(name)
+    if raw is None or raw == "" or raw.strip().lower() == "auto":
+        return default
+    try:
+        return "1" if _bool(env, name, None) else "0"
+    except ConfigError:
+        raise ConfigError(f"{env.source(name)}={raw!r} is not valid; accepted values: auto, "
+                          "1/0, true/false, yes/no, on/off") from None
+
+
 def load(env=None):
     """Settings from the environment (os.environ unless env is given)."""
     env = _Env(os.environ if env is None else env)
@@ -189,6 +203,8 @@ def load(env=None):
         dynamic_process_sets=_bool(env, "HVLITE_DYNAMIC_PROCESS_SETS", d.dynamic_process_sets),
         ps_servers=_int(env, "HVLITE_PS_SERVERS", d.ps_servers, 0, 1 << 20),
         ps_timeout=_nonneg(env, "HVLITE_PS_TIMEOUT", d.ps_timeout),
+        cuda_aware=_tristate(env, "HVLITE_CUDA_AWARE", d.cuda_aware),
+        cuda_chunk_bytes=_int(env, "HVLITE_CUDA_CHUNK_BYTES", d.cuda_chunk_bytes, 4096, 1 << 34),
     )
     if env.get("HVLITE_STALL_CHECK_TIME_SECONDS") in (None, "") and \
             _bool(env, "HOROVOD_STALL_CHECK_DISABLE", False):

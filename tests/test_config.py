@@ -72,3 +72,14 @@ def test_dynamic_process_sets_setting():
                  "HVLITE_DYNAMIC_PROCESS_SETS": "0"}).dynamic_process_sets is False
     with pytest.raises(ConfigError, match="HOROVOD_DYNAMIC_PROCESS_SETS"):
         load({"HOROVOD_DYNAMIC_PROCESS_SETS": "maybe"})
+
+
+def test_cuda_settings():
+    assert (load({}).cuda_aware, load({}).cuda_chunk_bytes) == ("auto", 4 << 20)
+    for raw, want in (("1", "1"), ("0", "0"), ("on", "1"), ("False", "0"), ("AUTO", "auto")):
+        assert load({"HVLITE_CUDA_AWARE": raw}).cuda_aware == want
+    assert load({"HVLITE_CUDA_CHUNK_BYTES": "65536"}).cuda_chunk_bytes == 65536
+    with pytest.raises(ConfigError, match="HVLITE_CUDA_AWARE='maybe'.*auto, 1/0"):
+        load({"HVLITE_CUDA_AWARE": "maybe"})
+    with pytest.raises(ConfigError, match="HVLITE_CUDA_CHUNK_BYTES"):
+        load({"HVLITE_CUDA_CHUNK_BYTES": "100"})

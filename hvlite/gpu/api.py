@@ -1,0 +1,220 @@
+"""Device forms of the collectives; hvlite.collectives sends device arrays here.
+
+Submit (caller's thread): wrap the array without copying, check its dtype, record an event on
+the caller's current stream, send the ticket, queue the job. The worker thread then moves the
+data: with a CUDA-aware MPI, all-reduce and broadcast hand device memory to MPI (the ring
+reduces on the GPU); otherwise, and for the other collectives, through pinned host buffers
+(staging.py). The result is a new array on the same device (or the caller's array, for the
+in-place forms), in the caller's kind: CuPy for CuPy and raw interfaces, torch for torch.
+"""
+import functools
+
+import numpy as np
+
+from hvlite import runtime
+from hvlite.errors import DtypeError, InvalidArgumentError
+from hvlite.gpu import arrays, cuda_aware, ring, staging
+from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, worker_of
+from hvlite.ops import ReduceOp, as_op
+
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)
+_WHAT = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
+         ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter"}
+# Other array families (tests use a host-backed one): (predicate, backend factory).
+BACKENDS = []
+
+
+class CupyBackend:
+    def __init__(self):
+        from hvlite.gpu.engine import CupyEngine
+        self.xp = arrays.load_cupy()
+        self.engine = CupyEngine()
+        self.wrap = arrays.wrap
+
+    def caller_stream(self, x):
+        from hvlite.gpu.engine import stream_of
+        cai = arrays._interface(x)
+        return stream_of(cai.get("stream") if cai else None, self.engine)
+
+    def use(self, stream):
+        return stream                    # a CuPy stream is a context manager: "make current"
+
+    def fence(self, stream):
+        stream.synchronize()             # this stream only, never the device
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_backend():
+    return CupyBackend()
+
+
+def backend_for(x):
+    for pred, make in BACKENDS:
+        if pred(x):
+            return make()
+    return _cupy_backend()
+
+
+def _flat(xp, a):
+    return a.reshape(-1).view(xp.uint8)
+
+
+@functools.lru_cache(maxsize=None)
+def _decision(setting):
+    return cuda_aware.decide(setting)
+
+
+def is_cuda_aware(rt=None):
+    """(answer, why) for this job: HVLITE_CUDA_AWARE, else the MPI library's own answer."""
+    rt = rt or runtime.current()
+    return _decision(rt.settings.cuda_aware)
+
+
+def _direct_comm(rt, st):
+    """The communicator device memory goes to MPI on (global set only; other sets stage)."""
+    if st.id != 0 or not is_cuda_aware(rt)[0]:
+        return None
+    comm = getattr(rt, "_gpu_comm", None)
+    if comm is None:
+        comm = rt._gpu_comm = rt.comm.Dup()
+    return comm
+
+
+def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
+           process_set=None):
+    from hvlite import collectives as coll
+    from hvlite.process_sets import global_process_set, state_of
+    rt = runtime.current()
+    ps = global_process_set if process_set is None else process_set
+    what = _WHAT[kind] + ("_" if inplace else "")
+    st = state_of(rt, ps, what)
+    coll._bind_core() if coll.code_of is None else None
+    name = name or st.auto_name(_WHAT[kind])
+    be = backend_for(x)
+    arr, restore = be.wrap(x)
+    xp, eng = be.xp, be.engine
+    problem, code, o, root = None, 0, 0, 0
+    try:
+        code = coll.code_of(np.dtype(arr.dtype))
+        if code < 0:
+            raise DtypeError(f"{what} {name!r}: unsupported dtype {arr.dtype} on the device; "
+                             f"hvlite handles {', '.join(coll.supported_names())}")
+        if kind in (ALLREDUCE, REDUCESCATTER):
+            o = int(as_op(op))
+        if kind == BROADCAST:
+            ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+            root = st.position(int(root_rank)) if ok else -1
+            if root < 0:
+                raise InvalidArgumentError(f"{what} {name!r}: root_rank {root_rank!r} is not a "
+                                           f"rank of this process set ({st.ranks})")
+        if inplace and not arr.flags.c_contiguous:
+            raise InvalidArgumentError(f"{what} {name!r}: in place needs a C-contiguous array")
+    except (DtypeError, InvalidArgumentError) as e:
+        problem = e
+    w = worker_of(st)
+    size = 0 if kind in (ALLGATHER, ALLTOALL) else arr.nbytes   # those may differ by rank
+    record = ticket_record(name, kind, code, o, root, size, problem is not None)
+    ticket = coll.allgather_async(record, name=w.next_ticket_name(st.id), process_set=ps)
+    if problem is not None:
+        w.submit(DeviceHandle(name, None), lambda: ticket.synchronize())   # drain its ticket
+        raise problem
+    caller = be.caller_stream(x)
+    with be.use(caller):
+        src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
+        direct = _direct_comm(rt, st) if kind in (ALLREDUCE, BROADCAST) else None
+        out = src if inplace else (xp.empty_like(src) if direct is None else None)
+    after = eng.record(caller)
+    job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
+               direct, rt.settings.cuda_chunk_bytes, w)
+
+    def finish(result):
+        value, done = result[:2]               # result[2:]: host buffers kept until here
+        eng.wait(eng.current_stream(), done)       # later caller work sees the result
+        if inplace:
+            return x
+        if isinstance(value, tuple):
+            return restore(value[0]), value[1]
+        return restore(value)
+    handle = DeviceHandle(name, finish)
+    w.submit(handle, job)
+    return handle
+
+
+class _Job:
+    def __init__(self, be, st, ps, kind, name, src, out, op, root_rank, root, splits, after,
+                 ticket, direct, chunk_bytes, worker):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+
+    def __call__(self):
+        check_tickets(self.ticket.synchronize(), self.name, self.st.ranks, _WHAT[self.kind])
+        be, eng, xp = self.be, self.be.engine, self.be.xp
+        stream = getattr(self.worker, "stream", None)
+        if stream is None:
+            stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
+        with be.use(stream[1]):
+            if self.direct is not None:
+                return self._direct(stream[1])
+            if self.kind in (ALLREDUCE, BROADCAST):
+                return self._chunked(stream)
+            return self._whole(stream[1])
+
+    def _direct(self, stream):
+        eng, xp = self.be.engine, self.be.xp
+        eng.sync(self.after)                     # MPI reads the buffer from the host thread
+        if self.out is None:                     # out of place: reduce a copy, on this stream
+            self.out = self.src.copy()
+            self.be.fence(stream)
+        flat = self.out.reshape(-1)
+        if self.kind == ALLREDUCE:
+            ring.allreduce(self.direct, flat, self.op, xp, fence=lambda: self.be.fence(stream))
+        else:
+            from mpi4py import MPI
+            self.direct.Bcast([flat.view(xp.uint8), MPI.BYTE], root=self.root)
+        return self.out, eng.record(stream)
+
+    def _chunked(self, streams):
+        from hvlite import collectives as coll
+        eng = self.be.engine
+        nbytes, chunk = self.src.nbytes, self.chunk_bytes
+        slots = self.worker.slots.get(id(eng))
+        if slots is None or len(slots[0]) < chunk:
+            slots = self.worker.slots[id(eng)] = [eng.pinned(chunk), eng.pinned(chunk)]
+        dtype = np.dtype(self.src.dtype)
+
+        def start(i, slot, size):
+            view = slot[:size].view(dtype)
+            if self.kind == ALLREDUCE:
+                return coll.allreduce_async_(view, op=ReduceOp(self.op), name=f"{self.name}.c{i}",
+                                             process_set=self.ps)
+            return coll.broadcast_async_(view, self.root_rank, name=f"{self.name}.c{i}",
+                                         process_set=self.ps)
+        done = staging.run_chunked(eng, _flat(self.be.xp, self.src), _flat(self.be.xp, self.out),
+                                   nbytes, chunk, dtype.itemsize, start, self.after, streams,
+                                   slots)
+        return self.out, done
+
+    def _whole(self, stream):
+        from hvlite import collectives as coll
+        eng, xp = self.be.engine, self.be.xp
+        host = eng.pinned(self.src.nbytes)
+        staging.stage_in(eng, _flat(xp, self.src), self.src.nbytes, host, self.chunk_bytes,
+                         self.after, stream)
+        dtype = np.dtype(self.src.dtype)
+        h = host[:self.src.nbytes].view(dtype).reshape(self.src.shape)
+        extra = None
+        if self.kind == ALLGATHER:
+            res = coll.allgather(h, name=self.name, process_set=self.ps)
+        elif self.kind == REDUCESCATTER:
+            res = coll.reducescatter(h, op=ReduceOp(self.op), name=self.name,
+                                     process_set=self.ps)
+        else:
+            res = coll.alltoall(h, splits=self.splits, name=self.name, process_set=self.ps)
+            if self.splits is not None:
+                res, extra = res
+        res = np.ascontiguousarray(res)
+        out = xp.empty(res.shape, dtype=res.dtype)
+        back = eng.pinned(res.nbytes)
+        back[:res.nbytes] = res.reshape(-1).view(np.uint8)
+        done = staging.stage_out(eng, _flat(xp, out), back, res.nbytes, stream)
+        return ((out, extra) if extra is not None else out), done, back

@@ -1,0 +1,106 @@
+"""One thread per process set that runs device collectives, in the order this rank submitted them.
+
+Each device collective first sends a small ticket through the coordinator: an allgather, named
+by the set's device-collective count, of what the collective is (name, kind, dtype, op, root,
+size). The worker waits for its ticket before moving any data, so ranks that submitted device
+collectives in different orders, or with different arguments, all get the same clear error
+naming the ranks instead of a hang. The ticket is sent at submit, so it overlaps the previous
+collective's data movement.
+"""
+import queue
+import threading
+import zlib
+
+import numpy as np
+
+from hvlite.errors import InvalidArgumentError, MismatchError
+
+FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected")
+
+
+def ticket_record(name, kind, dtype_code, op, root, nbytes, rejected):
+    return np.array([zlib.crc32(name.encode()), kind, dtype_code, op, root, nbytes,
+                     int(rejected)], np.int64)
+
+
+def check_tickets(table, name, ranks, what):
+    """Raise (identically on every rank: all see the same table) if the ranks disagree."""
+    table = np.asarray(table).reshape(len(ranks), len(FIELDS))
+    bad = [ranks[i] for i in range(len(ranks)) if table[i, 6]]
+    if bad:
+        raise InvalidArgumentError(f"{what} {name!r}: rank(s) {bad} rejected their arguments "
+                                   "(see the error on those ranks)")
+    if table.shape[0] and not (table == table[0]).all():
+        diff = [FIELDS[j] for j in range(len(FIELDS)) if not (table[:, j] == table[0, j]).all()]
+        odd = [ranks[i] for i in range(len(ranks)) if not (table[i] == table[0]).all()]
+        raise MismatchError(
+            f"{what} {name!r}: the ranks' device collectives disagree in {', '.join(diff)} "
+            f"(ranks {odd} differ from rank {ranks[0]}); device collectives must be submitted "
+            "in the same order, with the same arguments, on every rank")
+
+
+class DeviceHandle:
+    """A device collective in flight; synchronize() returns its result on the device, ordered
+    before later work on the caller's current stream (a stream wait, no host block)."""
+
+    __slots__ = ("_event", "_result", "_error", "_finish", "name", "__weakref__")
+
+    def __init__(self, name, finish):
+        self._event = threading.Event()
+        self._result = self._error = None
+        self._finish, self.name = finish, name
+
+    def poll(self):
+        return self._event.is_set()
+
+    def wait(self):
+        self._event.wait()
+
+    def synchronize(self):
+        self._event.wait()
+        if self._error is not None:
+            raise self._error
+        if self._finish is not None:
+            self._result, self._finish = self._finish(self._result), None
+        return self._result
+
+    def _done(self, result=None, error=None):
+        self._result, self._error = result, error
+        self._event.set()
+
+
+class Worker:
+    def __init__(self, set_id):
+        self.queue = queue.Queue()
+        self.count = 0                 # device collectives submitted on this set (ticket names)
+        self.slots = {}                # backend -> pinned staging slots
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"hvlite-gpu-{set_id}")
+        self.thread.start()
+
+    def next_ticket_name(self, set_id):
+        self.count += 1
+        return f"hvlite.gpu.{set_id}.{self.count}"
+
+    def submit(self, handle, job):
+        self.queue.put((handle, job))
+
+    def _run(self):
+        while True:
+            handle, job = self.queue.get()
+            if job is None:
+                return
+            try:
+                handle._done(job())
+            except BaseException as e:        # every failure reaches the caller's synchronize
+                handle._done(error=e)
+
+    def stop(self):
+        self.queue.put((None, None))
+
+
+def worker_of(st):
+    w = getattr(st, "_gpu_worker", None)
+    if w is None:
+        w = st._gpu_worker = Worker(st.id)
+    return w

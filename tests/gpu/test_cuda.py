@@ -1,0 +1,22 @@
+"""Real-GPU checks: tests/gpu/mpi_cuda.py on 2 ranks sharing one GPU. Skipped, with the reason,
+without CuPy or a CUDA device."""
+import importlib.util
+
+import pytest
+
+
+def _why_not():
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed (pip install hvlite[cuda]); GPU checks did not run"
+    import cupy
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device; GPU checks did not run"
+    except Exception as e:
+        return f"no usable CUDA device ({e}); GPU checks did not run"
+    return None
+
+
+@pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+def test_gpu_collectives_on_two_ranks(mpirun):
+    mpirun(2, "tests/gpu/mpi_cuda.py", timeout=300)
