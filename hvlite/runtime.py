@@ -94,6 +94,11 @@ class Runtime:
             self.timeline.stop()
         self.closed = True
         states = [entry[1] for entry in self.sets.values() if entry[1] is not None]
+        for state in states:        # device collectives' workers first: they submit to the sets
+            worker = getattr(state, "_gpu_worker", None)
+            if worker is not None:
+                worker.stop()
+                worker.thread.join()
         for state in states:        # every set's stop is under way before any is waited for
             state.stop()
         finalized = self.MPI.Is_finalized()
@@ -105,7 +110,8 @@ class Runtime:
                     obj.invalidate()
         self.engine.close()
         if not finalized:
-            for c in (self.cross, self.local, self.comm):
+            gpu_comm = getattr(self, "_gpu_comm", None)
+            for c in ((gpu_comm,) if gpu_comm is not None else ()) + (self.cross, self.local, self.comm):
                 c.Free()
 
 

@@ -83,3 +83,18 @@ def test_cuda_settings():
         load({"HVLITE_CUDA_AWARE": "maybe"})
     with pytest.raises(ConfigError, match="HVLITE_CUDA_CHUNK_BYTES"):
         load({"HVLITE_CUDA_CHUNK_BYTES": "100"})
+
+
+def test_shm_settings():
+    s = load({"HVLITE_ALLREDUCE_ALGORITHM": "shm", "HVLITE_SHM": "0",
+              "HVLITE_SHM_SEGMENT_BYTES": "65536", "HVLITE_SHM_REDUNDANT_BYTES": "0",
+              "HVLITE_ALPHA_SHM": "2e-7", "HVLITE_BETA_MEM": "1e-10"})
+    assert (s.allreduce_algorithm, s.shm, s.shm_segment_bytes, s.shm_redundant_bytes) == \
+        ("shm", False, 65536, 0)
+    assert s.shm_args() == (False, 65536, 0, True)
+    assert s.cost_model()["alpha_shm"] == 2e-7 and s.cost_model()["beta_mem"] == 1e-10
+    assert load({}).shm_redundant_bytes == -1          # by node size, at init
+    with pytest.raises(ConfigError, match="HVLITE_SHM_SEGMENT_BYTES.*out of range"):
+        load({"HVLITE_SHM_SEGMENT_BYTES": "100"})
+    with pytest.raises(ConfigError, match="HVLITE_SHM.*boolean"):
+        load({"HVLITE_SHM": "sometimes"})

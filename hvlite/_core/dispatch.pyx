@@ -56,6 +56,8 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     if c.scratch.buf == NULL:
         raise MemoryError("hvlite: cannot allocate the scratch segments")
     enabled, seg, redundant_max, probe = shm
+    if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
+        redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
     # Slices must line up across nodes: one segment size and one verdict for the whole job.
     mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)

@@ -46,4 +46,48 @@ static inline uint16_t hv_float_to_half(float f) {
     return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
 }
 #endif
+/* float16 with the F16C instructions, 8 at a time; the callers finish the tail with the scalar
+ * code. The same conversions (round to nearest even) and the same float32 arithmetic as the
+ * scalar path, so the bits agree; Min/Max keep the first operand unless the second compares
+ * strictly smaller/larger, as the scalar loop does (NaN and signed zeros included). Without F16C
+ * the compiler would call a library routine per conversion: ~10x slower than float32. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(HVLITE_NO_F16C)
+#include <immintrin.h>
+#define HV_HAVE_F16C_PATH 1
+static inline int hv_cpu_f16c(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return known;
+}
+__attribute__((target("avx,f16c")))
+static size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));
+        __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));
+        __m256 r;
+        if (op == 0) r = _mm256_add_ps(x, y);
+        else if (op == 4) r = _mm256_mul_ps(x, y);
+        else if (op == 2) r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_LT_OQ));
+        else r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_GT_OQ));
+        _mm_storeu_si128((__m128i*)(a + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return i;
+}
+__attribute__((target("avx,f16c")))
+static size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d) {
+    size_t i = 0;
+    __m256 dv = _mm256_set1_ps(d);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));
+        _mm_storeu_si128((__m128i*)(a + i), _mm256_cvtps_ph(_mm256_div_ps(x, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return i;
+}
+#else
+#define HV_HAVE_F16C_PATH 0
+static inline int hv_cpu_f16c(void) { return 0; }
+static inline size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op) { (void)a; (void)b; (void)n; (void)op; return 0; }
+static inline size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d) { (void)a; (void)n; (void)d; return 0; }
+#endif
 #endif

@@ -12,6 +12,9 @@ from hvlite._core.dtypes cimport *
 cdef extern from "half.h" nogil:
     float hv_half_to_float(uint16_t)
     uint16_t hv_float_to_half(float)
+    int hv_cpu_f16c()
+    size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op)
+    size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d)
     float hv_bf16_to_float(uint16_t)
     uint16_t hv_float_to_bf16(float)
 
@@ -49,9 +52,11 @@ ctypedef uint16_t (*narrow_fn)(float) noexcept nogil
 
 
 cdef inline void _half(uint16_t* a, const uint16_t* b, size_t n, int op, bint brain) noexcept nogil:
-    cdef size_t i
+    cdef size_t i, start = 0
     cdef float x, y
-    for i in range(n):
+    if not brain and hv_cpu_f16c():
+        start = hv_half_reduce_f16c(a, b, n, op)
+    for i in range(start, n):
         if brain:
             x = hv_bf16_to_float(a[i]); y = hv_bf16_to_float(b[i])
         else:
@@ -111,8 +116,10 @@ cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
     elif dtype == DT_FLOAT64:
         _idiv(<double*>buf, n, divisor)
     elif dtype == DT_FLOAT16:
-        for i in range(n):
+        i = hv_half_divide_f16c(h, n, <float>divisor) if hv_cpu_f16c() else 0
+        while i < n:
             h[i] = hv_float_to_half(hv_half_to_float(h[i]) / <float>divisor)
+            i += 1
     elif dtype == DT_BFLOAT16:
         for i in range(n):
             h[i] = hv_float_to_bf16(hv_bf16_to_float(h[i]) / <float>divisor)
