@@ -137,7 +137,10 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
     _x(r, out, opname, tid, e.submitted, e.ready, args)
     args.clear()
     _x(r, out, b"QUEUE", tid, e.ready, e.start, args)
-    if e.fused > 1:
+    # Fused through the shared segment, packing and unpacking are part of the pipelined
+    # operation (it records no time for them): then there are no copy phases to show.
+    cdef bint copies = e.fused > 1 and not (e.packed == e.start and e.unpacked == e.ran)
+    if copies:
         _x(r, out, b"MEMCPY_IN_FUSION_BUFFER", tid, e.start, e.packed, args)
     if e.kind == 0:
         snprintf(opname, 64, "%s_ALLREDUCE", _pick(ALGOS, 8, e.algorithm))
@@ -145,7 +148,7 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
     else:       # the other collectives run on MPI's own implementations
         snprintf(opname, 64, "MPI_%s", KINDS[e.kind])
         _x(r, out, opname, tid, e.packed, e.ran, args)
-    if e.fused > 1:
+    if copies:
         _x(r, out, b"MEMCPY_OUT_FUSION_BUFFER", tid, e.ran, e.unpacked, args)
 
 

@@ -10,6 +10,7 @@ import torch
 
 import hvlite as _hv
 from hvlite import collectives as _coll
+from hvlite.collectives import GroupHandle  # noqa: F401  (grouped calls' handle, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
 from hvlite.torch.compression import Compression
@@ -153,19 +154,6 @@ class TorchHandle:
         return self._result
 
 
-class GroupHandle:
-    """The handles of one grouped call; synchronizes to the list of their results."""
-
-    __slots__ = ("handles", "__weakref__")
-
-    def __init__(self, handles):
-        self.handles = handles
-
-    def poll(self):
-        return all(h.poll() for h in self.handles)
-
-    def synchronize(self):
-        return [h.synchronize() for h in self.handles]
 
 
 def group_base(name, kind):
