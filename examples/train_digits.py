@@ -6,7 +6,11 @@
 
 --mode allreduce (the default) is synchronous data-parallel SGD; ps-sync, ps-async and ssp run
 the same model through hvlite.ps: the last --servers ranks hold the parameters, the others pull,
-compute and push. --slow-rank R sleeps (F-1) times its compute every step: a straggler.
+compute and push. Stragglers: --slow-rank R sleeps (F-1) times its compute every step
+(--straggler persistent); --straggler transient makes every worker, every step, sleep (F-1) times
+its compute with probability --straggle-prob, from a stream seeded by --seed and the worker's rank
+(the same schedule in every mode). --compute-ms M adds M ms of simulated compute (a sleep) to
+every step, so the job behaves like a bigger model without using more CPU.
 
 Each rank trains on its own shard of every global batch. In the backward pass each layer's
 gradient goes to DistributedOptimizer.grad_ready the moment it is computed, so its all-reduce
@@ -94,9 +98,20 @@ def main(argv=None):
     p.add_argument("--servers", type=int, default=None, help="server ranks (HVLITE_PS_SERVERS, else 1)")
     p.add_argument("--slow-rank", type=int, default=-1, help="this rank is a straggler")
     p.add_argument("--slow-factor", type=float, default=1.0, help="its steps take F times longer")
+    p.add_argument("--straggler", choices=("none", "persistent", "transient"), default=None,
+                   help="persistent if --slow-rank is given, else none")
+    p.add_argument("--straggle-prob", type=float, default=0.1, help="transient: chance per step")
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="simulated compute per step (a sleep before the forward pass)")
     p.add_argument("--eval-every", type=int, default=0, help="rank 0 records test accuracy every K steps")
     p.add_argument("--json", default=None, help="rank 0 writes a summary (and the curve) here")
     args = p.parse_args(argv)
+    if args.straggler is None:
+        args.straggler = "persistent" if args.slow_rank >= 0 else "none"
+    elif args.straggler == "persistent" and args.slow_rank < 0:
+        args.slow_rank = 1
+    if not 0 <= args.straggle_prob <= 1 or args.compute_ms < 0 or args.slow_factor < 1:
+        p.error("need 0 <= --straggle-prob <= 1, --compute-ms >= 0 and --slow-factor >= 1")
     if args.mode != "allreduce":
         return main_ps(args)
 
@@ -123,6 +138,7 @@ def main(argv=None):
         except ImportError:
             pass
     t0, step, curve = time.perf_counter(), 0, []
+    lag = Straggler(args, rank)
     rng = np.random.default_rng(args.seed)             # same order on every rank
     for epoch in range(args.epochs):
         order = rng.permutation(len(xtr))
@@ -130,10 +146,10 @@ def main(argv=None):
             idx = order[s * args.batch:(s + 1) * args.batch][rank * per_rank:(rank + 1) * per_rank]
             opt.lr = warmup_lr(step, target_lr / size, target_lr, args.warmup_steps) \
                 if args.optimizer == "sgd" else opt.lr
-            t1 = time.perf_counter()
             with hvd.timeline.span("forward+backward"):
+                lag.begin()
                 loss = model.loss_and_backward(xtr[idx], ytr[idx], opt.grad_ready)
-            straggle(args, rank, time.perf_counter() - t1)
+                lag.end()
             opt.step()                                # marks its own update on the timeline
             step += 1
             if rank == 0 and args.eval_every and step % args.eval_every == 0:
@@ -149,25 +165,61 @@ def main(argv=None):
     digest = hashlib.sha1(b"".join(model.params[n].tobytes() for n in sorted(model.params))).hexdigest()
     same = len(set(hvd.allgather_object(digest))) == 1
     elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
+    lags = hvd.allgather_object(lag.record())
     if rank == 0:
         print(f"ranks {size}, {step} steps in {elapsed:.1f} s; "
               f"test accuracy {acc:.1%}; parameters identical on every rank: {same}", flush=True)
-        write_summary(args, size, size, elapsed, step * args.batch, acc, curve, None)
+        write_summary(args, size, size, elapsed, step * args.batch, acc, curve, None, lags)
     hvd.shutdown()
     return acc
 
 
-def straggle(args, rank, compute_seconds):
-    if rank == args.slow_rank and args.slow_factor > 1:
-        time.sleep((args.slow_factor - 1) * compute_seconds)
+class Straggler:
+    """One worker's compute per step: --compute-ms (else the real compute), times F when slow.
+
+    Transient slow steps come from a stream seeded by (--seed, rank), one draw per step, so the
+    schedule depends on nothing but the step count: every mode sees the same delays. busy_s is
+    the time the worker spent computing (or sleeping as if it did), which no mode can save; the
+    rest of a run is synchronisation and transfer.
+    """
+
+    def __init__(self, args, rank):
+        self.kind, self.factor, self.prob = args.straggler, args.slow_factor, args.straggle_prob
+        self.compute = args.compute_ms / 1000.0
+        self.persistent = self.kind == "persistent" and rank == args.slow_rank
+        self.rng = np.random.default_rng([args.seed, 7919, rank])
+        self.step, self.slow, self.delayed, self.busy = 0, False, [], 0.0
+
+    def begin(self):
+        """Before the forward pass: decide this step, then sleep the simulated compute."""
+        self.t = time.perf_counter()
+        draw = self.rng.random()                      # drawn every step: the schedule is fixed
+        self.slow = self.factor > 1 and (self.persistent or (self.kind == "transient" and draw < self.prob))
+        if self.slow:
+            self.delayed.append(self.step)
+        if self.compute:                              # a slow step's gradients come late
+            time.sleep(self.compute * (self.factor if self.slow else 1))
+
+    def end(self):
+        """After the backward pass: without --compute-ms, a slow step sleeps (F-1) times it."""
+        if self.slow and not self.compute:
+            time.sleep((self.factor - 1) * (time.perf_counter() - self.t))
+        self.busy += time.perf_counter() - self.t
+        self.step += 1
+
+    def record(self):
+        return {"delayed_steps": self.delayed, "busy_s": self.busy}
 
 
-def write_summary(args, size, workers, elapsed, samples, acc, curve, stats):
+def write_summary(args, size, workers, elapsed, samples, acc, curve, stats, lags):
     if not args.json:
         return
     out = {"mode": args.mode, "staleness": args.staleness, "ranks": size, "workers": workers,
            "slow_rank": args.slow_rank, "slow_factor": args.slow_factor, "seconds": elapsed,
-           "samples_per_s": samples / elapsed, "accuracy": acc, "curve": curve}
+           "samples_per_s": samples / elapsed, "accuracy": acc, "curve": curve,
+           "straggler": args.straggler, "straggle_prob": args.straggle_prob,
+           "compute_ms": args.compute_ms, "delayed_steps": [lag["delayed_steps"] for lag in lags],
+           "busy_s": [lag["busy_s"] for lag in lags]}
     if stats is not None:
         out["staleness_hist"] = {str(k): v for k, v in stats["staleness"].items()}
         out["pull_wait_s"] = stats["pull_wait_s"]
@@ -196,6 +248,7 @@ def main_ps(args):
     per_rank = args.batch // workers
     steps_per_epoch = len(xtr) // args.batch
     t0, step, curve = time.perf_counter(), 0, []
+    lag = Straggler(args, rank)
     if job.is_server:
         stats = job.serve()
     else:
@@ -205,11 +258,11 @@ def main_ps(args):
             for s in range(steps_per_epoch):
                 idx = order[s * args.batch:(s + 1) * args.batch][rank * per_rank:(rank + 1) * per_rank]
                 job.pull()
-                t1 = time.perf_counter()
                 grads = {}
                 with hvd.timeline.span("forward+backward"):
+                    lag.begin()
                     model.loss_and_backward(xtr[idx], ytr[idx], grads.__setitem__)
-                straggle(args, rank, time.perf_counter() - t1)
+                    lag.end()
                 job.push(grads)
                 step += 1
                 if rank == 0 and args.eval_every and step % args.eval_every == 0:
@@ -218,6 +271,7 @@ def main_ps(args):
     if args.timeline:
         hvd.stop_timeline()
     elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
+    lags = [r for r in hvd.allgather_object(None if job.is_server else lag.record()) if r is not None]
     acc = model.accuracy(xte, yte)
     digests = hvd.allgather_object(None if job.is_server else hashlib.sha1(
         b"".join(model.params[n].tobytes() for n in sorted(model.params))).hexdigest())
@@ -228,7 +282,8 @@ def main_ps(args):
               f"{'' if mode != 'ssp' else f' k={args.staleness}'}), {step} steps per worker in "
               f"{elapsed:.1f} s; test accuracy {acc:.1%}; parameters identical on every worker: "
               f"{same}; staleness histogram {{{hist}}}", flush=True)
-        write_summary(args, size, workers, elapsed, sum(stats["steps"]) * per_rank, acc, curve, stats)
+        write_summary(args, size, workers, elapsed, sum(stats["steps"]) * per_rank, acc, curve, stats,
+                      lags)
     hvd.shutdown()
     return acc
 

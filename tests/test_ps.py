@@ -1,5 +1,11 @@
 """hvlite.ps under mpiexec: modes against all-reduce training, the staleness bound, draining,
 failures that end every rank, and the digits example in each mode."""
+import importlib.util
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from hvlite.errors import ConfigError
@@ -64,3 +70,40 @@ def test_launcher_passes_servers_and_rejects_too_many():
     for bad in ("4", "0"):
         with pytest.raises(LaunchError, match=f"--servers {bad} with -np 4"):
             parse_args(["-np", "4", "--servers", bad, "python", "x.py"])
+
+
+def _transient_reference(seed, rank, steps, prob):
+    rng = np.random.default_rng([seed, 7919, rank])
+    return [s for s in range(steps) if rng.random() < prob]
+
+
+def test_digits_transient_stragglers_are_the_same_schedule_in_every_mode(mpirun, tmp_path):
+    flags = ["--epochs", "1", "--straggler", "transient", "--straggle-prob", "0.3",
+             "--slow-factor", "2", "--compute-ms", "1"]
+    got = {}
+    for mode, n in (("allreduce", 3), ("ps-sync", 4)):
+        out = tmp_path / f"{mode}.json"
+        mpirun(n, "examples/train_digits.py", "--mode", mode, "--json", str(out), *flags,
+               pytest_module=False, timeout=120)
+        got[mode] = json.loads(out.read_text())
+    want = [_transient_reference(0, rank, 22, 0.3) for rank in range(3)]
+    assert all(want) and len(set(map(tuple, want))) == 3       # every worker delayed, differently
+    for mode, summary in got.items():
+        assert summary["delayed_steps"] == want, mode
+        # each step sleeps 1 ms, a slow step 2 ms: busy time counts them all
+        assert all(b >= (22 + len(d)) * 1e-3 for b, d in zip(summary["busy_s"], want)), summary
+
+
+def test_digits_persistent_straggler_is_one_worker_every_step():
+    spec = importlib.util.spec_from_file_location("train_digits", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_digits.py"))
+    digits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(digits)
+    args = SimpleNamespace(straggler="persistent", slow_rank=1, slow_factor=1.5, straggle_prob=0.9,
+                           compute_ms=0.0, seed=0)
+    lags = [digits.Straggler(args, rank) for rank in range(3)]
+    for lag in lags:
+        for _ in range(5):
+            lag.begin()
+            lag.end()
+    assert [lag.record()["delayed_steps"] for lag in lags] == [[], [0, 1, 2, 3, 4], []]
