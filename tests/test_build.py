@@ -17,3 +17,16 @@ def test_single_process_job_without_mpiexec():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "[0.0,", "1.0,", "2.0]"]
+
+
+def test_every_subpackage_is_in_the_distribution():
+    """A package missing from pyproject's list would be absent from a non-editable install."""
+    import os
+    import pytest
+    tomllib = pytest.importorskip("tomllib")     # Python 3.11+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, root).replace(os.sep, ".")
+             for d, _, files in os.walk(os.path.join(root, "hvlite")) if "__init__.py" in files}
+    assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
