@@ -12,3 +12,18 @@ from hvlite._core.ps import TAG_CTRL, TAG_PARAMS, TAG_PUSH, TAG_REPLY, TAG_TEXT 
 
 INIT, PUSH, PULL, DONE, ABORT, PARAMS = 1, 2, 3, 4, 5, 6
 MODES = ("sync", "async", "ssp")
+
+
+def send_abort(link, text, targets):
+    """Best effort, before this rank goes down: ABORT and its text to each (rank, header tag),
+    then a short drain so the messages leave."""
+    import numpy as np
+    from hvlite._core import ps as core
+    data = np.frombuffer(text.encode(), np.uint8).copy()
+    for rank, tag in targets:
+        link.isend(core.header(ABORT), rank, tag)
+        link.isend(data, rank, TAG_TEXT)
+    try:
+        link.drain(2.0)
+    except Exception:
+        pass

@@ -21,7 +21,7 @@ from hvlite import timeline
 from hvlite._core import ps as core
 from hvlite.errors import PSError
 from hvlite.ps.protocol import (ABORT, DONE, INIT, PARAMS, PULL, PUSH, TAG_CTRL, TAG_PARAMS,
-                                TAG_PUSH, TAG_REPLY, TAG_TEXT)
+                                TAG_PUSH, TAG_REPLY, TAG_TEXT, send_abort)
 
 
 class Server:
@@ -157,25 +157,19 @@ class Server:
         self.link.isend(core.header(PARAMS, self.min_clock()), w, TAG_REPLY)
         self.link.isend(self.shard.copy(), w, TAG_PARAMS)
 
+    def _live_workers(self, skip=None):
+        return [(w, TAG_REPLY) for w in range(self.workers) if w != skip and w not in self.done]
+
     def tell_workers(self, text, skip=None):
         data = np.frombuffer(text.encode(), np.uint8).copy()
-        for w in range(self.workers):
-            if w != skip and w not in self.done:
-                self.link.isend(core.header(ABORT), w, TAG_REPLY)
-                self.link.isend(data, w, TAG_TEXT)
+        for w, tag in self._live_workers(skip):
+            self.link.isend(core.header(ABORT), w, tag)
+            self.link.isend(data, w, TAG_TEXT)
 
     def abort(self, text):
         """Tell every worker and the other servers, best effort, before this rank goes down."""
-        data = np.frombuffer(text.encode(), np.uint8).copy()
-        self.tell_workers(text)
-        for r in self.server_ranks:
-            if r != self.rank:
-                self.link.isend(core.header(ABORT), r, TAG_CTRL)
-                self.link.isend(data, r, TAG_TEXT)
-        try:
-            self.link.drain(2.0)
-        except Exception:
-            pass
+        send_abort(self.link, text, self._live_workers() +
+                   [(r, TAG_CTRL) for r in self.server_ranks if r != self.rank])
 
     def final(self):
         s = dict(self.stats)

@@ -13,7 +13,7 @@ from hvlite import timeline
 from hvlite._core import ps as core
 from hvlite.errors import PSError
 from hvlite.ps.protocol import (ABORT, DONE, INIT, PARAMS, PULL, PUSH, TAG_CTRL, TAG_PARAMS,
-                                TAG_PUSH, TAG_REPLY, TAG_TEXT)
+                                TAG_PUSH, TAG_REPLY, TAG_TEXT, send_abort)
 
 
 class Worker:
@@ -100,14 +100,7 @@ class Worker:
         self.link.drain()
 
     def abort(self, text):
-        data = np.frombuffer(text.encode(), np.uint8).copy()
-        for r in self.server_ranks:
-            self.link.isend(core.header(ABORT), r, TAG_CTRL)
-            self.link.isend(data, r, TAG_TEXT)
-        try:
-            self.link.drain(2.0)
-        except Exception:
-            pass
+        send_abort(self.link, text, [(r, TAG_CTRL) for r in self.server_ranks])
 
     def final(self):
         return dict(self.stats)
