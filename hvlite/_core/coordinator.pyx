@@ -270,21 +270,14 @@ cdef class Coordinator:
 
     cdef int _wait(self, MPI_Request* r) noexcept nogil:
         """MPI_Test until done: spin, then yield, then sleep up to 1 ms between tests."""
-        cdef int flag = 0, err, i = 0
-        cdef double t0 = hv_now(), pause = 10e-6, waited
+        cdef int flag = 0, err
+        cdef hv_backoff b
+        hv_backoff_init(&b)
         while True:
             err = MPI_Test(r, &flag, MPI_STATUS_IGNORE)
             if err or flag:
                 return err
-            i += 1
-            if i < 64:
-                continue
-            waited = hv_now() - t0
-            if waited < 200e-6:
-                hv_yield()
-            else:
-                hv_sleep(pause)
-                pause = pause * 2 if pause < 1e-3 else 1e-3
+            hv_backoff_step(&b)
 
     cdef int _round(self, bint stopping) noexcept nogil:
         """One negotiation round; returns 1 when the coordinator must stop."""

@@ -14,10 +14,7 @@ from mpi4py.libmpi cimport *
 
 cnp.import_array()
 
-cdef extern from "sync.h" nogil:
-    double hv_now()
-    void hv_sleep(double)
-    void hv_yield()
+from hvlite._core.sync cimport hv_now, hv_sleep, hv_yield, hv_backoff, hv_backoff_init, hv_backoff_step
 
 cdef enum:
     PS_TIMEOUT = -7
@@ -39,8 +36,9 @@ class PSTimeout(Exception):
 
 cdef int _poll(MPI_Request* reqs, int n, MPI_Status* st, double timeout) noexcept nogil:
     """Test until every request completed (statuses into st if not NULL)."""
-    cdef int flag = 0, err, i = 0
-    cdef double t0 = hv_now(), pause = 10e-6, waited
+    cdef int flag = 0, err
+    cdef hv_backoff b
+    hv_backoff_init(&b)
     while True:
         if st == NULL:
             err = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
@@ -48,17 +46,8 @@ cdef int _poll(MPI_Request* reqs, int n, MPI_Status* st, double timeout) noexcep
             err = MPI_Testall(n, reqs, &flag, st)
         if err or flag:
             return err
-        i += 1
-        if i < 64:
-            continue
-        waited = hv_now() - t0
-        if timeout > 0 and waited > timeout:
+        if hv_backoff_step(&b) > timeout > 0:
             return PS_TIMEOUT
-        if waited < 200e-6:
-            hv_yield()
-        else:
-            hv_sleep(pause)
-            pause = pause * 2 if pause < 1e-3 else 1e-3
 
 
 cdef int _check(int err, what) except -1:

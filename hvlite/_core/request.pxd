@@ -3,20 +3,7 @@ from libc.stdint cimport int64_t, uint8_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-cdef extern from "sync.h" nogil:
-    int hv_load(int*)
-    void hv_store(int*, int)
-    ctypedef struct hv_monitor:
-        pass
-    double hv_now()
-    void hv_sleep(double)
-    void hv_yield()
-    void hv_monitor_init(hv_monitor*)
-    void hv_monitor_destroy(hv_monitor*)
-    void hv_lock(hv_monitor*)
-    void hv_unlock(hv_monitor*)
-    void hv_notify_all(hv_monitor*)
-    void hv_wait(hv_monitor*, double)
+from hvlite._core.sync cimport *
 
 # Collective kinds; the codes travel between ranks: never renumber.
 cdef enum Collective:

@@ -32,13 +32,7 @@ from hvlite._core.p2p cimport block_start, comm_size, HV_ERR_SHM
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
 
-cdef extern from "sync.h" nogil:
-    long long hv_load64(volatile long long* p)
-    void hv_store64(volatile long long* p, long long v)
-    void hv_pause()
-    void hv_yield()
-    void hv_sleep(double seconds)
-    double hv_now()
+from hvlite._core.sync cimport hv_load64, hv_store64, hv_pause, hv_yield, hv_sleep, hv_now
 
 cdef enum:
     LINE = 64                # one epoch counter per cache line

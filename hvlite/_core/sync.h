@@ -17,6 +17,20 @@ static inline void hv_sleep(double seconds) {
 }
 
 static inline void hv_yield(void) { sched_yield(); }
+
+/* How a thread waits on MPI requests it polls: 64 quick tests, then yield the CPU for the first
+ * 200 us, then sleep with a pause doubling from 10 us to 1 ms. Waiting on a late rank costs no
+ * CPU, and runs with more ranks than cores stay fast. Returns the seconds waited so far. */
+typedef struct { int tests; double t0, pause; } hv_backoff;
+static inline void hv_backoff_init(hv_backoff* b) { b->tests = 0; b->t0 = hv_now(); b->pause = 10e-6; }
+static inline double hv_backoff_step(hv_backoff* b) {
+    if (++b->tests < 64) return 0.0;
+    double waited = hv_now() - b->t0;
+    if (waited < 200e-6) { sched_yield(); return waited; }
+    hv_sleep(b->pause);
+    b->pause = b->pause < 1e-3 ? b->pause * 2 : 1e-3;
+    return waited;
+}
 static inline int hv_load(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void hv_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 /* 64-bit flags in memory shared between processes (the shm all-reduce's epochs). */
