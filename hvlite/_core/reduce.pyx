@@ -15,6 +15,9 @@ cdef extern from "half.h" nogil:
     int hv_cpu_f16c()
     size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op)
     size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d)
+    int hv_cpu_avx2()
+    size_t hv_bf16_reduce_avx2(uint16_t* a, const uint16_t* b, size_t n, int op)
+    size_t hv_bf16_divide_avx2(uint16_t* a, size_t n, float d)
     float hv_bf16_to_float(uint16_t)
     uint16_t hv_float_to_bf16(float)
 
@@ -56,6 +59,8 @@ cdef inline void _half(uint16_t* a, const uint16_t* b, size_t n, int op, bint br
     cdef float x, y
     if not brain and hv_cpu_f16c():
         start = hv_half_reduce_f16c(a, b, n, op)
+    elif brain and hv_cpu_avx2():
+        start = hv_bf16_reduce_avx2(a, b, n, op)
     for i in range(start, n):
         if brain:
             x = hv_bf16_to_float(a[i]); y = hv_bf16_to_float(b[i])
@@ -121,8 +126,10 @@ cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
             h[i] = hv_float_to_half(hv_half_to_float(h[i]) / <float>divisor)
             i += 1
     elif dtype == DT_BFLOAT16:
-        for i in range(n):
+        i = hv_bf16_divide_avx2(h, n, <float>divisor) if hv_cpu_avx2() else 0
+        while i < n:
             h[i] = hv_float_to_bf16(hv_bf16_to_float(h[i]) / <float>divisor)
+            i += 1
     elif dtype == DT_INT8:
         _idiv(<int8_t*>buf, n, divisor)
     elif dtype == DT_UINT8:
