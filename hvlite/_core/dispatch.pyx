@@ -61,27 +61,16 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
     # Slices must line up across nodes: one segment size and one verdict for the whole job.
     mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
-    agreed = comm.allreduce(mine, op=_min_op())
+    agreed = comm.allreduce(mine, op=MPI.MIN)
     c.shm_ok = agreed > 0
     if c.shm_ok:
         c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
         if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
-            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=_max_op())
+            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MPI.MAX)
     elif c.shm.base != NULL:
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
     return 0
-
-
-def _min_op():
-    from mpi4py import MPI
-    return MPI.MIN
-
-
-def _max_op():
-    from mpi4py import MPI
-    return MPI.MAX
-
 
 
 cdef void context_free(Context* c) noexcept nogil:

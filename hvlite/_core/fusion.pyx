@@ -56,13 +56,12 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         total += item_count(items[k].meta)
         items[k].start = t0
         items[k].fused = <int>batch.size()
-    if _in_segment(c, it.meta.algorithm) and (
-            batch.size() > 1 or resolve_algorithm(c, total * es, it.meta.algorithm) == ALG_SHM):
+    algo = resolve_algorithm(c, total * es, it.meta.algorithm)
+    if _in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
         # Straight through the shared segment: the gather is the only copy in, the scatter the
         # only copy out, so auto takes it for every fused batch on one node (a lone tensor
         # goes where the cost model says).
         return _run_in_segment(c, items, batch, total, contributors, t0)
-    algo = resolve_algorithm(c, total * es, it.meta.algorithm)
     if batch.size() == 1:
         if it.req != NULL:
             if it.req.output != it.req.input and total:

@@ -40,34 +40,9 @@ def pingpong(MPI.Comm comm, int partner, int nbytes, int reps):
     return times[len(times) // 2]
 
 
-def reduce_seconds_per_byte(int nbytes=4 << 20, int reps=3):
-    """Seconds per byte of a float32 Sum in the core's kernel (cold-ish buffers)."""
-    cdef size_t n = nbytes // 4
-    cdef float* a = <float*>malloc(n * 4)
-    cdef float* b = <float*>malloc(n * 4)
-    cdef double t0, best = 1e9
-    cdef int i
-    if a == NULL or b == NULL:
-        free(a)
-        free(b)
-        raise MemoryError()
-    memset(a, 0, n * 4)
-    memset(b, 0, n * 4)
-    with nogil:
-        for i in range(reps):
-            t0 = MPI_Wtime()
-            reduce_into(a, b, n, DT_FLOAT32, OP_SUM)
-            t0 = MPI_Wtime() - t0
-            if t0 < best:
-                best = t0
-    free(a)
-    free(b)
-    return best / (n * 4)
-
-
-def copy_seconds_per_byte(int nbytes=4 << 20, int reps=3):
-    """Seconds per byte of a memcpy larger than the caches (the shm algorithm's copies), measured
-    while the other ranks do the same, as they will in the collective."""
+cdef double _best_seconds_per_byte(size_t nbytes, int reps, bint copy) except -1:
+    """Fastest of reps passes over two nbytes buffers: a memcpy, or a float32 Sum in the core's
+    kernel."""
     cdef char* a = <char*>malloc(nbytes)
     cdef char* b = <char*>malloc(nbytes)
     cdef double t0, best = 1e9
@@ -76,15 +51,29 @@ def copy_seconds_per_byte(int nbytes=4 << 20, int reps=3):
         free(a)
         free(b)
         raise MemoryError()
-    memset(a, 1, nbytes)
+    memset(a, 0, nbytes)
     memset(b, 0, nbytes)
     with nogil:
         for i in range(reps):
             t0 = MPI_Wtime()
-            memcpy(b, a, nbytes)
+            if copy:
+                memcpy(b, a, nbytes)
+            else:
+                reduce_into(a, b, nbytes // 4, DT_FLOAT32, OP_SUM)
             t0 = MPI_Wtime() - t0
             if t0 < best:
                 best = t0
     free(a)
     free(b)
     return best / nbytes
+
+
+def reduce_seconds_per_byte(int nbytes=4 << 20, int reps=3):
+    """Seconds per byte of a float32 Sum in the core's kernel."""
+    return _best_seconds_per_byte(nbytes // 4 * 4, reps, False)
+
+
+def copy_seconds_per_byte(int nbytes=4 << 20, int reps=3):
+    """Seconds per byte of a memcpy (the shm algorithm's copies), measured while the other ranks
+    do the same, as they will in the collective."""
+    return _best_seconds_per_byte(nbytes, reps, True)

@@ -212,10 +212,11 @@ cdef size_t _find(const ShmPiece* p, size_t np, size_t at) noexcept nogil:
     return lo
 
 
-cdef void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
-                  int op) noexcept nogil:
-    """dst = virtual elements [a, b): each piece's input (the op's identity where it has none)."""
-    cdef size_t es = dtype_size(dtype), i, take, end
+cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int dtype, int op,
+               bint gather) noexcept nogil:
+    """Between buf and batch elements [a, b): gather copies each piece's input into buf (the
+    op's identity where it has none); scatter copies buf into each piece's output (if any)."""
+    cdef size_t es = dtype_size(dtype), i, take, end, at
     if a >= b:
         return
     i = _find(p, np, a)
@@ -223,31 +224,27 @@ cdef void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, i
         end = p[i].start + p[i].count
         take = (end if end < b else b) - a
         if take:
-            if p[i].input != NULL:
-                memcpy(dst, p[i].input + (a - p[i].start) * es, take * es)
+            at = (a - p[i].start) * es
+            if not gather:
+                if p[i].output != NULL:
+                    memcpy(p[i].output + at, buf, take * es)
+            elif p[i].input != NULL:
+                memcpy(buf, p[i].input + at, take * es)
             else:
-                fill_identity(dst, take, dtype, op)
-            dst += take * es
+                fill_identity(buf, take, dtype, op)
+            buf += take * es
             a += take
         i += 1
 
 
-cdef void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                   size_t es) noexcept nogil:
-    """Each piece's output = virtual elements [a, b) of src (pieces without an output skip)."""
-    cdef size_t i, take, end
-    if a >= b:
-        return
-    i = _find(p, np, a)
-    while a < b:
-        end = p[i].start + p[i].count
-        take = (end if end < b else b) - a
-        if take:
-            if p[i].output != NULL:
-                memcpy(p[i].output + (a - p[i].start) * es, src, take * es)
-            src += take * es
-            a += take
-        i += 1
+cdef inline void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
+                         int op) noexcept nogil:
+    _move(p, np, a, b, dst, dtype, op, True)
+
+
+cdef inline void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                          int dtype) noexcept nogil:
+    _move(p, np, a, b, <char*>src, dtype, 0, False)
 
 
 cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, int dtype, int op,
@@ -263,7 +260,7 @@ cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, in
         memcpy(acc, _slot(a, 0, parity) + done * es, n * es)
         for r in range(1, a.L):
             reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
-        _scatter(p, np, off + done, off + done + n, acc, es)
+        _scatter(p, np, off + done, off + done + n, acc, dtype)
         done += n
 
 
@@ -296,7 +293,7 @@ cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, si
             else:
                 reduce_into(acc, src, n, dtype, op)
         memcpy(result + at * es, acc, n * es)
-        _scatter(p, np, off + at, off + at + n, acc, es)
+        _scatter(p, np, off + at, off + at + n, acc, dtype)
         at += n
 
 
@@ -337,8 +334,8 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             _gather_except(p, np, off + per, nn, _slice_start(nn, a.L, a.me, es),
                            _slice_start(nn, a.L, a.me + 1, es), _slot(a, a.me, q), dtype, op)
         _barrier(a)
-        _scatter(p, np, off, off + lo, _result(a, q), es)
-        _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, es)
+        _scatter(p, np, off, off + lo, _result(a, q), dtype)
+        _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, dtype)
     return 0
 
 

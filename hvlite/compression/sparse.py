@@ -46,6 +46,20 @@ class _Sparse(Compressor):
             v = st["v"] + g
         return st, v
 
+    def _sparsify(self, x, name):
+        """The k entries of gradient + residual that `_pick` chooses, and their values; what is
+        sent leaves the residual (and, with momentum, the momentum)."""
+        x = np.asarray(x)
+        st, v = self._accumulate(x.ravel(), name)
+        idx = self._pick(v, count(self.options["ratio"], v.size), st, name)
+        vals = v[idx]
+        v[idx] = 0
+        st["v"] = v
+        if self.options.get("momentum"):
+            st["u"][idx] = 0
+        st["step"] += 1
+        return x, idx, vals
+
     def decompress(self, payload, ctx):
         shape, dtype, idx = ctx
         out = np.zeros(int(np.prod(shape)), dtype)
@@ -63,19 +77,12 @@ class TopK(_Sparse):
             raise InvalidArgumentError(f"topk: momentum must be in [0, 1), got {momentum!r}")
         super().__init__(ratio=ratio, momentum=momentum)
 
+    def _pick(self, v, k, st, name):
+        return np.sort(np.argpartition(np.abs(v), v.size - k)[v.size - k:])
+
     def compress(self, x, name):
-        x = np.asarray(x)
-        g = x.ravel()
-        st, v = self._accumulate(g, name)
-        k = count(self.options["ratio"], g.size)
-        idx = np.sort(np.argpartition(np.abs(v), g.size - k)[g.size - k:])
-        vals = v[idx]
-        v[idx] = 0
-        st["v"] = v
-        if self.options["momentum"]:
-            st["u"][idx] = 0
-        st["step"] += 1
-        return [idx.astype(index_dtype(g.size)), vals], (x.shape, x.dtype, None)
+        x, idx, vals = self._sparsify(x, name)
+        return [idx.astype(index_dtype(x.size)), vals], (x.shape, x.dtype, None)
 
     def _reduce(self, x, name, op, n):
         (idx, vals), (shape, dtype, _) = self.compress(x, name)
@@ -104,17 +111,12 @@ class RandomK(_Sparse):
         check_ratio(ratio, "randomk")
         super().__init__(ratio=ratio, seed=seed)
 
-    def compress(self, x, name):
-        x = np.asarray(x)
-        g = x.ravel()
-        st, v = self._accumulate(g, name)
-        k = count(self.options["ratio"], g.size)
+    def _pick(self, v, k, st, name):
         rng = np.random.default_rng(seed_of(self.options["seed"], name, st["step"]))
-        idx = np.sort(rng.choice(g.size, k, replace=False))
-        vals = v[idx]
-        v[idx] = 0
-        st["v"] = v
-        st["step"] += 1
+        return np.sort(rng.choice(v.size, k, replace=False))
+
+    def compress(self, x, name):
+        x, idx, vals = self._sparsify(x, name)
         return [vals], (x.shape, x.dtype, idx)
 
     def _reduce(self, x, name, op, n):
