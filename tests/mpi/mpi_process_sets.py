@@ -315,3 +315,12 @@ def test_static_sets_without_dynamic_after_reinit():
                                 "not registered")
     finally:
         hvd.barrier()
+
+
+@pytest.mark.skipif(N < 2, reason="needs a set other than the global one")
+def test_compression_on_a_subset_is_a_named_error():
+    """Compressors exchange on the global set; on another set every rank is refused, by name."""
+    expect_raise_everywhere(
+        lambda: hvd.allreduce(np.ones(4, np.float32), name="c.sub", process_set=TAIL,
+                              compression=hvd.Compression.fp16),
+        ValueError, "c.sub", "compression=", "global process set")
