@@ -129,10 +129,8 @@ def _algorithm_code(algorithm, rt):
     if code is None or name not in ALGORITHMS:
         raise InvalidArgumentError(
             f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
-    if name == "shm":
-        info = rt.engine.shm_info()      # agreed by every rank at init, so all raise alike
-        if not info["available"]:
-            raise InvalidArgumentError(f"all-reduce algorithm 'shm' is unavailable: {info['why']}")
+    if name == "shm" and not rt.shm_info["available"]:     # agreed at init: all ranks raise
+        raise InvalidArgumentError(f"all-reduce algorithm 'shm' is unavailable: {rt.shm_info['why']}")
     return code
 
 

@@ -61,9 +61,10 @@ class Runtime:
         uniform = len(set(local_sizes)) == 1
         self.engine = Engine(self.comm, self.local, self.cross, uniform, leaders,
                              s.segment_bytes, model, s.shm_args())
+        self.shm_info = self.engine.shm_info()   # the same verdict on every rank (agreed at init)
         if s.log_level in ("trace", "debug") and rank == 0:
             log_cost_model(self.engine.cost_model(), self.comm.Get_size(), leaders,
-                           self.local.Get_size(), uniform, self.engine.shm_info()["available"])
+                           self.local.Get_size(), uniform, self.shm_info["available"])
         from hvlite import process_sets
         self.rank, self.size = rank, self.comm.Get_size()
         self.closed = False

@@ -55,18 +55,19 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
     if c.scratch.buf == NULL:
         raise MemoryError("hvlite: cannot allocate the scratch segments")
+    from mpi4py.MPI import MIN, MAX
     enabled, seg, redundant_max, probe = shm
     if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
         redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
     # Slices must line up across nodes: one segment size and one verdict for the whole job.
     mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
-    agreed = comm.allreduce(mine, op=MPI.MIN)
+    agreed = comm.allreduce(mine, op=MIN)
     c.shm_ok = agreed > 0
     if c.shm_ok:
         c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
         if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
-            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MPI.MAX)
+            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MAX)
     elif c.shm.base != NULL:
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
