@@ -15,7 +15,7 @@ MPIEXEC ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,$(VENV)/bin/mpiexec)
 STAMP  := $(VENV)/.hvlite-installed
 SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h) setup.py pyproject.toml
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-asan demo bench clean
 
 install: $(STAMP)
 
@@ -41,6 +41,28 @@ $(STAMP): $(SOURCES) $(VENV)/.mpi
 
 test: install
 	$(PY) -m pytest tests -q
+
+# The core under AddressSanitizer + UBSan: a copy of the package and tests in build/asan, its
+# extensions built with -fsanitize=address,undefined, run with the compiler's libasan preloaded
+# into Python (leak checks off: CPython's own allocations are not leaks). Any report aborts the
+# rank, and the launching test fails showing its output.
+ASAN_DIR  := build/asan
+ASAN_ENV  := LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) \
+             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ASAN_TESTS ?= tests/test_work.py tests/test_coordinator.py tests/test_process_sets.py \
+              tests/test_collectives.py tests/test_torch.py
+ASAN_SELECT ?= not fusion_and_cache and not random and not hierarchical_without and not training \
+               and not script_runs and not large
+CC ?= cc
+
+test-asan: install
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
+	cp -r hvlite tests setup.py pyproject.toml $(ASAN_DIR)/
+	find $(ASAN_DIR) \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
+	cd $(ASAN_DIR) && HVLITE_SANITIZE=1 HVLITE_BUILD_JOBS=2 $(abspath $(PY)) setup.py -q build_ext --inplace -j 2
+	cd $(ASAN_DIR) && $(ASAN_ENV) HVLITE_TEST_DROPS=2000 $(abspath $(PY)) -m pytest -q \
+	    -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_SELECT)"
 
 # The main job: data-parallel training on 2 ranks with the timeline on, then the timeline's
 # summary (how much communication hid behind compute) and its picture.

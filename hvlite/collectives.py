@@ -12,105 +12,55 @@ import numpy as np
 from hvlite import runtime
 from hvlite.process_sets import global_process_set, state_of
 from hvlite.config import ALGORITHMS
-from hvlite.errors import (DtypeError, InvalidArgumentError, MismatchError, MPIError,
-                           ShutdownError, StallError)
+from hvlite._core.codes import COLLECTIVES
+from hvlite.errors import DtypeError, InvalidArgumentError
+from hvlite.work import ChainHandle, GroupHandle, Work   # noqa: F401  (handles of the front door)
 from hvlite.ops import Average, as_op
 from hvlite.gpu.arrays import is_device_array
 # The core is compiled; importing it here (not at package import) would start MPI early.
-CODES = code_of = supported_names = None
+CODES = code_of = supported_names = _exception = _DONE = None
 
 
 def _bind_core():
-    global CODES, code_of, supported_names
+    global CODES, code_of, supported_names, _exception, _DONE
     from hvlite._core.dtypes import code_of as c, supported_names as s
     from hvlite._core.select import ALGORITHMS
+    from hvlite._core import codes
     CODES, code_of, supported_names = ALGORITHMS, c, s
+    _exception, _DONE = codes.exception, codes.DONE
 
-# Collective codes, as in _core/request.pxd
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(7)
-_KIND = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
-         ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter", BARRIER: "barrier", JOIN: "join"}
-# Error kinds, as in _core/request.pxd
-_E_MISMATCH, _E_SHUTDOWN, _E_STALL, _E_MPI, _E_INVALID = 1, 2, 3, 4, 5
+# Collective codes: the table in _core/codes.h.
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(len(COLLECTIVES))
+_KIND = dict(enumerate(COLLECTIVES))
 
 
-def _error(kind, message, code=-1):
-    if kind == _E_MISMATCH:
-        return MismatchError(message)
-    if kind == _E_SHUTDOWN:
-        return ShutdownError(message)
-    if kind == _E_STALL:
-        return StallError(message)
-    if kind == _E_MPI:
-        return MPIError(code, message)
-    return InvalidArgumentError(message)
-
-
-class Handle:
+class Handle(Work):
     """An in-flight collective. `poll()` says whether it finished; `synchronize()` waits and
-    returns its result (or raises what went wrong, on every rank involved)."""
+    returns its result (or raises what went wrong, on every rank involved). The runtime holds
+    the buffers it reads and writes until it completes, so dropping a handle is safe."""
 
-    __slots__ = ("_pending", "_finish", "name", "_result", "_done", "_keep", "_where",
-                 "__weakref__")
+    __slots__ = ("_pending", "_finish", "name", "_where")
 
-    def __init__(self, pending, finish, name, keep, where=""):
+    def __init__(self, pending, finish, name, where=""):
+        super().__init__()
         self._pending, self._finish, self.name = pending, finish, name
-        self._done = False
-        self._keep = keep          # the buffers the coordinator reads and writes, kept alive
         self._where = where        # a process set's rank map, for messages that name ranks
 
-    def poll(self):
-        return self._done or self._pending.poll()
+    def _ready(self):
+        return self._pending.poll()
 
-    def wait(self):
-        if not self._done:
-            self._pending.wait()
+    def _block(self):
+        self._pending.wait()
 
-    def synchronize(self):
-        if self._done:
-            return self._result
+    def _collect(self):
         p = self._pending
-        p.wait()
-        self._done = True
-        if p.status != 1:
-            self._result = None
-            raise _error(p.error_kind, p.error + self._where, p.error_code)
-        self._result = self._finish(p)
-        self._pending = self._keep = None
-        return self._result
+        if p.status != _DONE:
+            raise _exception(p.error_kind, p.error + self._where, p.error_code)
+        return self._finish(p)
 
-
-class GroupHandle:
-    """Handles of one grouped call; synchronizes to the list of results."""
-
-    __slots__ = ("handles", "__weakref__")
-
-    def __init__(self, handles):
-        self.handles = handles
-
-    def poll(self):
-        return all(h.poll() for h in self.handles)
-
-    def synchronize(self):
-        return [h.synchronize() for h in self.handles]
-
-
-class ChainHandle:
-    """A collective made of two: the first is in flight; `then` runs the rest on synchronize."""
-
-    __slots__ = ("first", "then", "_done", "_result", "__weakref__")
-
-    def __init__(self, first, then):
-        self.first, self.then, self._done = first, then, False
-
-    def poll(self):
-        return self._done or self.first.poll()
-
-    def synchronize(self):
-        if not self._done:
-            self._result = self.then(self.first.synchronize())
-            self._done = True
-        return self._result
+    def _release(self):
+        self._pending.release()
+        self._pending = self._finish = None
 
 
 def poll(handle):
@@ -160,15 +110,13 @@ def _submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=No
         p = st.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
                                   f"{type(e).__name__}: {e}")
         if isinstance(p, tuple):
-            raise _error(*p) from None
+            raise _exception(*p) from None
         raise
     p = st.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
     if isinstance(p, tuple):
-        raise _error(*p)
+        raise _exception(*p)
     where = f" (process set {st.id}: ranks are positions in {st.ranks})" if st.id else ""
-    h = Handle(p, finish, name, (x, out), where)
-    st.outstanding.add(h)
-    return h
+    return Handle(p, finish, name, where)
 
 
 def _gpu(x):
@@ -436,10 +384,8 @@ def barrier(process_set=global_process_set):
 def join_async():
     """join() as a handle; this rank's own outstanding collectives are waited for first."""
     rt = runtime.current()
-    for h in list(rt.outstanding):       # a joined rank holds no collectives of its own
-        if isinstance(h, Handle):
-            h.wait()
     st = rt.sets[0][1]            # join is global, as in Horovod
+    st.coordinator.wait_all()     # a joined rank holds no collectives of its own, dropped or not
     return _submit(st, JOIN, st.auto_name("join"), None, finish=lambda p: int(p.value))
 
 

@@ -7,9 +7,9 @@ Horovod job's settings carry over; where both are set, the HVLITE_ one wins.
 import dataclasses
 import os
 
+from hvlite._core.codes import ALGORITHMS      # the table in _core/codes.h (starts no MPI)
 from hvlite.errors import ConfigError
 
-ALGORITHMS = ("auto", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpi")
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 

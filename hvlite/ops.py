@@ -1,13 +1,10 @@
-"""Reduction ops under Horovod's names. Values match the core's op codes."""
+"""Reduction ops under Horovod's names; names and values are the core's table (_core/codes.h)."""
 import enum
 
+from hvlite._core.codes import OPS
 
-class ReduceOp(enum.IntEnum):
-    Sum = 0
-    Average = 1
-    Min = 2
-    Max = 3
-    Product = 4
+ReduceOp = enum.IntEnum("ReduceOp", [(name, code) for code, name in enumerate(OPS)],
+                        module=__name__)
 
 
 Sum = ReduceOp.Sum

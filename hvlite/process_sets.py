@@ -99,7 +99,6 @@ class SetState:
                                        s.fusion_tensor_limit, s.shm_args())
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
-        self.outstanding = weakref.WeakSet()   # this rank's handles not yet synchronized
         self.names = {}
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
@@ -124,6 +123,7 @@ class SetState:
 
     def join(self, finalized):
         self.thread.join()
+        self.coordinator.release_all()      # every request has completed (or failed) by now
         if not finalized:
             for c in self.comms + self.owned:
                 c.Free()
@@ -238,8 +238,7 @@ def unregister(rt, ps):
         return False
     _, state, objects = rt.sets.pop(set_id)
     if state is not None:
-        for h in list(state.outstanding):    # this rank's own work on the set finishes first
-            h.wait()
+        state.coordinator.wait_all()         # this rank's own work on the set finishes first
         state.stop()
         state.join(rt.MPI.Is_finalized())
     for obj in objects:

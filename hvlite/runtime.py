@@ -74,7 +74,6 @@ class Runtime:
         self.sets = {0: (state.ranks, state, [process_sets.global_process_set])}
         self.next_set_id = 1
         self.coordinator, self.thread = state.coordinator, state.thread
-        self.outstanding = state.outstanding   # this rank's handles not yet synchronized
         self.names = state.names               # per-collective counters for automatic names
         self.timeline = None
 

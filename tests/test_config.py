@@ -32,7 +32,7 @@ def test_values_parse():
 
 
 @pytest.mark.parametrize("var,value,fragment", [
-    ("HVLITE_ALLREDUCE_ALGORITHM", "butterfly", "ring, rhd, rd"),
+    ("HVLITE_ALLREDUCE_ALGORITHM", "butterfly", "ring, rhd, tree"),
     ("HVLITE_MPI_THREAD_LEVEL", "many", "serialized"),
     ("HVLITE_LOCAL_SIZE", "two", "integer"),
     ("HVLITE_LOCAL_SIZE", "-1", "out of range"),

@@ -4,6 +4,7 @@ the least recently used), and every rank applies rank 0's choice from the broadc
 # distutils: language = c++
 from cython.operator cimport dereference as deref
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 
 
 cdef void cache_init(Cache* c, int capacity) noexcept nogil:

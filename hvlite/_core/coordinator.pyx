@@ -26,8 +26,9 @@ from libcpp.unordered_set cimport unordered_set
 cimport numpy as cnp
 from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport OP_AVERAGE
+from hvlite._core.codes cimport OP_AVERAGE
 from hvlite._core.dispatch cimport Context, context_init, context_free
 from hvlite._core.cache cimport *
 from hvlite._core.negotiate cimport *
@@ -35,7 +36,9 @@ from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces
 from hvlite._core.operations cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
 from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
-from hvlite._core.handles cimport make_pending
+from hvlite._core.handles cimport Pending, make_pending
+from hvlite._core.codes cimport error_text
+from cpython.ref cimport Py_REFCNT
 
 cnp.import_array()
 
@@ -84,6 +87,9 @@ cdef class Coordinator:
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
     cdef Recorder rec
     cdef Tuner tune
+    # user-thread side (under the GIL): every Pending whose request may still be in flight
+    cdef list live
+    cdef Py_ssize_t sweep_at
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -105,6 +111,8 @@ cdef class Coordinator:
         table_init(&self.table, self.ctx.size)
         self.cycle_time, self.stall_check, self.stall_shutdown = cycle_time, stall_check, stall_shutdown
         self.last_stall = hv_now()
+        self.live = []
+        self.sweep_at = 64
 
     def __dealloc__(self):
         context_free(&self.ctx)
@@ -116,45 +124,97 @@ cdef class Coordinator:
 
     def submit(self, name, int collective, int dtype, int op, int root, int algorithm, shape,
                cnp.ndarray inp, cnp.ndarray out, splits=None, error=None):
-        """Queue one collective; returns a Pending. Raises at once for a name already in flight
-        or a stopped coordinator (the caller maps the (kind, message) pair to an exception)."""
-        cdef Request* req = new Request()
-        req.name = name.encode()
-        req.meta.collective = collective
-        req.meta.dtype = dtype
-        req.meta.op = op
-        req.meta.root = root
-        req.meta.algorithm = algorithm
-        for d in shape:
-            req.meta.shape.push_back(d)
-        if error:
-            req.meta.error = error.encode()
-        req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
-        req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
-        if splits is not None:
-            for s in splits:
-                req.splits.push_back(s)
-        req.status = ST_PENDING
-        req.slot = -1
-        req.submitted = hv_now()
+        """Queue one collective; returns a Pending. Returns (kind, message) instead for a name
+        already in flight or a stopped coordinator (the caller raises codes.exception of it).
+        A name still in flight only because its handle was dropped (an exception between submit
+        and synchronize, say) is waited for first: the next step may reuse its names."""
+        cdef string cname = name.encode()
+        cdef vector[int64_t] cshape = [int(d) for d in shape]
+        cdef vector[int64_t] csplits = [int(v) for v in splits] if splits is not None else []
+        cdef string cerror = error.encode() if error else b""
+        cdef Request* req
         cdef int problem = 0
-        hv_lock(&self.qmon)
-        if self.dead:
-            problem = 1
-        elif self.inflight.count(req.name):
-            problem = 2
-        else:
-            self.inflight.insert(req.name)
-            self.queue.push_back(req)
-            hv_notify_all(&self.qmon)
-        hv_unlock(&self.qmon)
-        if problem:
-            del req
-            if problem == 1:
-                return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
+        cdef Pending p
+        for attempt in range(2):
+            hv_lock(&self.qmon)
+            problem = 1 if self.dead else (2 if self.inflight.count(cname) else 0)
+            hv_unlock(&self.qmon)
+            if problem != 2 or attempt:
+                break
+            p = self._dropped(cname)
+            if p is None:
+                break
+            p.wait()
+        if problem == 0:
+            req = new Request()
+            req.name = cname
+            req.meta.collective = collective
+            req.meta.dtype = dtype
+            req.meta.op = op
+            req.meta.root = root
+            req.meta.algorithm = algorithm
+            req.meta.shape = cshape
+            req.meta.error = cerror
+            req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
+            req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
+            req.splits = csplits
+            req.status = ST_PENDING
+            req.slot = -1
+            req.submitted = hv_now()
+            hv_lock(&self.qmon)
+            if self.dead:
+                problem = 1
+            elif self.inflight.count(cname):    # another thread took the name meanwhile
+                problem = 2
+            else:
+                self.inflight.insert(cname)
+                self.queue.push_back(req)
+                hv_notify_all(&self.qmon)
+            hv_unlock(&self.qmon)
+            if problem:
+                del req
+        if problem == 1:
+            return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
+        if problem == 2:
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        return make_pending(req, &self.dmon, self)
+        p = make_pending(req, &self.dmon, self, (inp, out))
+        self._track(p)
+        return p
+
+    cdef Pending _dropped(self, const string& name):
+        """The pending request named `name` whose handle is gone (only this list holds it)."""
+        for q in self.live:
+            # references: the list's and this loop's; a live handle would add its own
+            if Py_REFCNT(q) == 2 and (<Pending>q).pending() and (<Pending>q).req.name == name:
+                return <Pending>q
+        return None
+
+    cdef _track(self, Pending p):
+        """Hold `p` (and so its buffers) until its request completes. Completed ones are swept
+        out when the list has doubled since the last sweep: amortized O(1) per submit."""
+        cdef list old
+        self.live.append(p)
+        if len(self.live) >= self.sweep_at:
+            old = self.live
+            # the new list is in place before any Pending is released: a finalizer that
+            # submits again appends to it, not to the list being dropped
+            self.live = [q for q in old if (<Pending>q).pending()]
+            self.sweep_at = max(64, 2 * len(self.live))
+            old = None
+
+    def in_flight(self):
+        """This rank's requests not yet completed (handles dropped or not), oldest first."""
+        return [q for q in self.live if (<Pending>q).pending()]
+
+    def wait_all(self):
+        """Wait for every request this rank submitted (join, removing a set)."""
+        for q in self.in_flight():
+            q.wait()
+
+    def release_all(self):
+        """After the thread has stopped (every request completed): let go of them all."""
+        self.live = []
 
     def stop(self):
         hv_lock(&self.qmon)
@@ -561,7 +621,7 @@ cdef class Coordinator:
         cdef char buf[512]
         cdef int blen = 0
         if kind == E_MPI and code != 0:
-            MPI_Error_string(code, buf, &blen)
+            blen = error_text(code, buf, 511)
             msg.append(buf, blen)
             req.error_code = code
         hv_lock(&self.qmon)
@@ -586,7 +646,7 @@ cdef class Coordinator:
         cdef int blen = 0
         cdef vector[Request*] rest
         if code:
-            MPI_Error_string(code, buf, &blen)
+            blen = error_text(code, buf, 511)
             reason.append(buf, blen)
         hv_lock(&self.qmon)
         self.dead = True

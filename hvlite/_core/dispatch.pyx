@@ -3,9 +3,12 @@ from libc.stdlib cimport free
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport OP_SUM, OP_AVERAGE, divide_by
-from hvlite._core.p2p cimport allreduce_fn, HV_ERR_SHM
+from hvlite._core.reduce cimport divide_by
+from hvlite._core.codes cimport OP_SUM, OP_AVERAGE
+from hvlite._core.p2p cimport allreduce_fn
+from hvlite._core.codes cimport HV_ERR_SHM
 from hvlite._core.select cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.ring cimport ring_allreduce
 from hvlite._core.rhd cimport rhd_allreduce
 from hvlite._core.rd cimport rd_allreduce

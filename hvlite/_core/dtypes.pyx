@@ -1,14 +1,11 @@
 """The dtype table: NumPy dtype <-> core code, element size."""
 import numpy as np
 
-cdef size_t _SIZES[12]
-_SIZES[:] = [2, 2, 4, 8, 1, 1, 2, 2, 4, 4, 8, 8]
+from hvlite._core.codes import DTYPES as NAMES      # the table in codes.h
 
-NAMES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16",
-         "int32", "uint32", "int64", "uint64")
 
 cdef size_t dtype_size(int dt) noexcept nogil:
-    return _SIZES[dt]
+    return HV_DTYPE_SIZES[dt]
 
 
 def _bfloat16():

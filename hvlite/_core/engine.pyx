@@ -1,45 +1,24 @@
 """The engine: the runtime's communicators, its persistent scratch, and algorithm dispatch.
 
-Everything below runs without the GIL; this module is the one place where a core error code
-becomes a Python exception (MPI's own error string included).
+Everything below runs without the GIL; errors go through codes.check, the one place where a
+core error code becomes a Python exception (MPI's own error string included).
 """
 from libc.stdint cimport int64_t
 cimport numpy as cnp
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.p2p cimport HV_ERR_NOMEM, HV_ERR_SHM
-from hvlite._core.select cimport ALG_AUTO, choose
+from hvlite._core.codes cimport HV_MISMATCH, check as chkerr
+from hvlite._core.select cimport choose
+from hvlite._core.codes cimport ALG_AUTO
 from hvlite._core.dispatch cimport Context, context_init, context_free, resolve_algorithm, run_allreduce
 
 cnp.import_array()
 
 cdef enum:
-    HV_MISMATCH = -100
     META = 5          # count, dtype, op, algorithm, local-error flag
 
 
-def error_string(int code):
-    cdef char msg[1024]
-    cdef int n = 0
-    if code == HV_ERR_NOMEM:
-        return "out of memory allocating request or scratch space"
-    if code == HV_ERR_SHM:
-        return "the shared-memory all-reduce is unavailable here (see the runtime's engine.shm_info())"
-    if MPI_Error_string(code, msg, &n) != MPI_SUCCESS:
-        return f"unknown MPI error {code}"
-    return msg[:n].decode("utf-8", "replace")
-
-
-def raise_for_code(int code):
-    """Raise what the core raises for this error code (tests use it with MPI's error classes)."""
-    _check(code)
-
-
-cdef int _check(int err) except -1:
-    if err == 0:
-        return 0
-    from hvlite.errors import MPIError
-    raise MPIError(err, error_string(err))
+from hvlite._core.codes import error_string, raise_for_code   # noqa: F401  (the choke point)
 
 
 cdef class Engine:
@@ -117,5 +96,5 @@ cdef class Engine:
                 err = run_allreduce(&self.ctx, buf, count, dtype, op, algo, self.ctx.size)
         if err == HV_MISMATCH:
             return -1
-        _check(err)
+        chkerr(err)
         return algo

@@ -15,10 +15,12 @@ from libc.string cimport memcpy
 from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.request cimport hv_now
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport fill_identity, divide_by, OP_AVERAGE, OP_SUM
-from hvlite._core.select cimport ALG_SHM, ALG_AUTO
+from hvlite._core.reduce cimport fill_identity, divide_by
+from hvlite._core.codes cimport OP_AVERAGE, OP_SUM
+from hvlite._core.codes cimport ALG_SHM, ALG_AUTO
 from hvlite._core.shm cimport ShmPiece, shm_allreduce_pieces
 from hvlite._core.dispatch cimport Context, resolve_algorithm, run_allreduce
 

@@ -8,5 +8,8 @@ cdef class Pending:
     cdef Request* req
     cdef hv_monitor* mon       # the coordinator's completion monitor
     cdef object owner          # keeps the coordinator (and so the monitor) alive
+    cdef object keep           # the buffers the request reads and writes, until it completes
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner)
+    cdef bint pending(self) noexcept
+
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep)

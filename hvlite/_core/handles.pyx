@@ -1,9 +1,14 @@
 """What the Python side holds while the coordinator works: a Pending per submitted request
-(poll, wait without the GIL, results), and OwnedBuffer for results the coordinator allocated."""
+(poll, wait without the GIL, results), and OwnedBuffer for results the coordinator allocated.
+
+A Pending holds the arrays its request reads and writes (`keep`), and the coordinator holds every
+Pending until its request completes: a caller that drops its handle never frees memory the
+coordinator thread is still writing into."""
 # distutils: language = c++
 from libc.stdlib cimport free
 from cpython.buffer cimport PyBuffer_FillInfo
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 
 
 cdef class OwnedBuffer:
@@ -18,6 +23,14 @@ cdef class OwnedBuffer:
 
 cdef class Pending:
     """The Python side's hold on one submitted Request."""
+
+    cdef bint pending(self) noexcept:
+        return hv_load(&self.req.status) == ST_PENDING
+
+    def release(self):
+        """Drop the buffers early (the handle has taken its result)."""
+        if not self.pending():
+            self.keep = None
 
     def poll(self):
         return hv_load(&self.req.status) != ST_PENDING
@@ -92,9 +105,10 @@ cdef class Pending:
         del self.req
 
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner):
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep):
     cdef Pending p = Pending.__new__(Pending)
     p.req = req
     p.mon = mon
     p.owner = owner
+    p.keep = keep
     return p

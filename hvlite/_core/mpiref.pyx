@@ -7,7 +7,9 @@ kernels. Counts above INT_MAX go in pieces.
 from libc.stdint cimport uint16_t
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.reduce cimport *
+from hvlite._core.codes cimport *
 
 cdef enum:
     PIECE_ELEMS = 1 << 30

@@ -13,6 +13,7 @@ from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.cache cimport Cache, cacheable, cache_pick_slot, cache_put
 
 cdef extern from "<algorithm>" namespace "std" nogil:
@@ -23,18 +24,6 @@ cdef extern from "stdio.h" nogil:
     FILE* stderr
     int fprintf(FILE*, const char*, ...)
     int fflush(FILE*)
-
-cdef const char* COLLECTIVE_NAMES[7]
-COLLECTIVE_NAMES[:] = [b"allreduce", b"allgather", b"broadcast", b"alltoall", b"reducescatter",
-                       b"barrier", b"join"]
-cdef const char* DTYPE_NAMES[12]
-DTYPE_NAMES[:] = [b"float16", b"bfloat16", b"float32", b"float64", b"int8", b"uint8", b"int16",
-                  b"uint16", b"int32", b"uint32", b"int64", b"uint64"]
-cdef const char* OP_NAMES[5]
-OP_NAMES[:] = [b"Sum", b"Average", b"Min", b"Max", b"Product"]
-cdef const char* ALG_NAMES[7]
-ALG_NAMES[:] = [b"auto", b"ring", b"rhd", b"tree", b"hierarchical", b"mpi", b"rd"]
-
 
 cdef Meta _first_meta(Entry* e, int n) noexcept nogil:
     cdef int r
@@ -130,7 +119,7 @@ cdef string describe_shape(const vector[int64_t]& shape) noexcept nogil:
     return s
 
 
-cdef string _name(const char** table, int n, int i, const char* fallback) noexcept nogil:
+cdef string _name(const char* const* table, int n, int i, const char* fallback) noexcept nogil:
     if 0 <= i < n:
         return string(table[i])
     return string(fallback)
@@ -140,16 +129,16 @@ cdef string _field(const Meta& m, int field) noexcept nogil:
     cdef vector[int64_t] tail
     cdef string s2
     if field == 0:
-        return _name(COLLECTIVE_NAMES, 7, m.collective, b"?")
+        return _name(HV_COLLECTIVE_NAMES, C_COUNT, m.collective, b"?")
     if field == 1:
-        return _name(DTYPE_NAMES, 12, m.dtype, b"unsupported")
+        return _name(HV_DTYPE_NAMES, DT_COUNT, m.dtype, b"unsupported")
     if field == 2:
-        return _name(OP_NAMES, 5, m.op, b"invalid")
+        return _name(HV_OP_NAMES, OP_COUNT, m.op, b"invalid")
     if field == 3:
         _append_int(s2, m.root)
         return s2
     if field == 4:
-        return _name(ALG_NAMES, 7, m.algorithm, b"invalid")
+        return _name(HV_ALGORITHM_NAMES, ALG_COUNT, m.algorithm, b"invalid")
     if field == 5:
         return describe_shape(m.shape)
     # 6: trailing dimensions (allgather, alltoall)
@@ -211,7 +200,7 @@ cdef string _agreement(const string& name, Entry* e, int n) noexcept nogil:
     if msg.empty():
         return msg
     msg.resize(msg.size() - 2)
-    cdef string head = _name(COLLECTIVE_NAMES, 7, coll, b"collective")
+    cdef string head = _name(HV_COLLECTIVE_NAMES, C_COUNT, coll, b"collective")
     head.append(b" '")
     head.append(name)
     head.append(b"' failed on every rank: ")
@@ -343,7 +332,7 @@ cdef string rank0_respond(Table* t, Cache* cache, vector[string]& payloads, int 
         line = _agreement(name, e, n)
         if line.empty() and joined_now and meta.collective != C_JOIN and meta.collective != C_BARRIER:
             if meta.collective == C_ALLTOALL or meta.collective == C_REDUCESCATTER:
-                line = string(COLLECTIVE_NAMES[meta.collective])
+                line = _name(HV_COLLECTIVE_NAMES, C_COUNT, meta.collective, b"?")
                 line.append(b" '")
                 line.append(name)
                 line.append(b"' cannot run while some ranks have joined")
@@ -389,7 +378,7 @@ cdef string rank0_respond(Table* t, Cache* cache, vector[string]& payloads, int 
             if age < stall_check:
                 continue
             line = string(b"hvlite: stall: ")
-            line.append(_name(COLLECTIVE_NAMES, 7, _first_meta(e, n).collective, b"?"))
+            line.append(_name(HV_COLLECTIVE_NAMES, C_COUNT, _first_meta(e, n).collective, b"?"))
             line.append(b" '")
             line.append(name)
             line.append(b"' has waited ")

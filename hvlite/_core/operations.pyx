@@ -11,13 +11,13 @@ from libc.limits cimport INT_MAX
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport OP_AVERAGE, OP_SUM, divide_by
+from hvlite._core.reduce cimport divide_by
+from hvlite._core.codes cimport OP_AVERAGE, OP_SUM
 from hvlite._core.mpiref cimport ensure_half_ops, mpi_type, mpi_op
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 from hvlite._core.fusion cimport Item, item_count
 
-cdef enum:
-    HV_ERR_COUNT = -3
 
 
 cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,

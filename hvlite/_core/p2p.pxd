@@ -1,9 +1,7 @@
 from mpi4py.libmpi cimport MPI_Comm
 
-# Errors the core reports besides MPI's own codes (which are >= 0; 0 is success).
-cdef enum:
-    HV_ERR_NOMEM = -1
-    HV_ERR_SHM = -2          # the shared-memory segment could not be set up on this node
+# Errors the core reports besides MPI's own codes: HV_ERR_* in codes.h.
+from hvlite._core.codes cimport HV_ERR_NOMEM, HV_ERR_SHM, HV_ERR_COUNT
 
 # Two receive segments used round-robin: one is filled by MPI while the other is reduced.
 cdef struct Scratch:

@@ -4,8 +4,9 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
-from hvlite._core.dtypes cimport DT_FLOAT32
-from hvlite._core.reduce cimport reduce_into, OP_SUM
+from hvlite._core.codes cimport DT_FLOAT32
+from hvlite._core.reduce cimport reduce_into
+from hvlite._core.codes cimport OP_SUM
 
 
 def pingpong(MPI.Comm comm, int partner, int nbytes, int reps):

@@ -11,13 +11,13 @@ from libc.stdlib cimport malloc, free
 cimport numpy as cnp
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
+from hvlite._core.codes cimport check, HV_ERR_TIMEOUT as PS_TIMEOUT
 
 cnp.import_array()
 
 from hvlite._core.sync cimport hv_now, hv_sleep, hv_yield, hv_backoff, hv_backoff_init, hv_backoff_step
 
 cdef enum:
-    PS_TIMEOUT = -7
     HEADER = 4
     MAX_MESSAGE = 2147483647
 
@@ -55,9 +55,7 @@ cdef int _check(int err, what) except -1:
         return 0
     if err == PS_TIMEOUT:
         raise PSTimeout(what)
-    from hvlite._core.engine import error_string
-    from hvlite.errors import MPIError
-    raise MPIError(err, f"{error_string(err)} ({what})")
+    return check(err, what)
 
 
 cdef char* _data(cnp.ndarray a, size_t* nbytes) except NULL:

@@ -1,11 +1,5 @@
-# Reduction ops. Average never reaches a kernel: it is a Sum followed by divide_by.
-cdef enum Op:
-    OP_SUM = 0
-    OP_AVERAGE = 1
-    OP_MIN = 2
-    OP_MAX = 3
-    OP_PRODUCT = 4
-    OP_COUNT = 5
+# Reduction ops: OP_* in codes.h (Average never reaches a kernel: Sum, then divide_by).
+from hvlite._core.codes cimport *
 
 # acc[i] = acc[i] (op) src[i] for i < n. acc and src never overlap.
 cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil

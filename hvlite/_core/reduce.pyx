@@ -8,6 +8,7 @@ from libc.stdint cimport (int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t,
 from libc.math cimport INFINITY
 from libc.string cimport memset
 from hvlite._core.dtypes cimport *
+from hvlite._core.codes cimport *
 
 cdef extern from "half.h" nogil:
     float hv_half_to_float(uint16_t)

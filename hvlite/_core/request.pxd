@@ -5,30 +5,8 @@ from libcpp.vector cimport vector
 
 from hvlite._core.sync cimport *
 
-# Collective kinds; the codes travel between ranks: never renumber.
-cdef enum Collective:
-    C_ALLREDUCE = 0
-    C_ALLGATHER = 1
-    C_BROADCAST = 2
-    C_ALLTOALL = 3
-    C_REDUCESCATTER = 4
-    C_BARRIER = 5
-    C_JOIN = 6
-
-# Request status.
-cdef enum Status:
-    ST_PENDING = 0
-    ST_DONE = 1
-    ST_ERROR = 2
-
-# Error kinds a handle can end with (the Python side maps them to exception classes).
-cdef enum ErrorKind:
-    E_NONE = 0
-    E_MISMATCH = 1
-    E_SHUTDOWN = 2
-    E_STALL = 3
-    E_MPI = 4
-    E_INVALID = 5
+# Collectives, statuses and error kinds are declared once, in codes.h.
+from hvlite._core.codes cimport *
 
 # What every rank must agree on for one tensor name.
 cdef cppclass Meta:

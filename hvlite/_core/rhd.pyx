@@ -10,8 +10,7 @@ lower half when the current bit of the (new) rank is 0, so new rank k ends ownin
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.p2p cimport (block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv,
-                               sendrecv_reduce, unfolded_rank)
+from hvlite._core.p2p cimport block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv, sendrecv_reduce, unfolded_rank
 
 
 cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,

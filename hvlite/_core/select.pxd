@@ -1,14 +1,5 @@
-# Algorithm codes; they travel between ranks in metadata checks: never renumber.
-cdef enum Algorithm:
-    ALG_AUTO = 0
-    ALG_RING = 1
-    ALG_RHD = 2
-    ALG_TREE = 3
-    ALG_HIERARCHICAL = 4
-    ALG_MPI = 5
-    ALG_RD = 6
-    ALG_SHM = 7
-    ALG_COUNT = 8
+# Algorithm codes: ALG_* in codes.h.
+from hvlite._core.codes cimport *
 
 # Seconds per message (alpha) and per byte moved (beta), within a node and between nodes,
 # seconds per byte reduced (gamma), and for the shared-memory algorithm: seconds per flag

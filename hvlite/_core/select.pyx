@@ -17,9 +17,10 @@ the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
 """
 from libc.math cimport ceil, log2
 
-ALGORITHMS = {"auto": ALG_AUTO, "ring": ALG_RING, "rhd": ALG_RHD, "rd": ALG_RD, "tree": ALG_TREE,
-              "hierarchical": ALG_HIERARCHICAL, "shm": ALG_SHM, "mpi": ALG_MPI}
-NAMES = {v: k for k, v in ALGORITHMS.items()}
+from hvlite._core.codes import ALGORITHMS as _NAMES    # the table in codes.h
+
+ALGORITHMS = {name: code for code, name in enumerate(_NAMES)}
+NAMES = dict(enumerate(_NAMES))
 
 
 cdef double _flat(int algo, double n_bytes, int n, double a, double b, double g) noexcept nogil:

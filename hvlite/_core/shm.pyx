@@ -27,7 +27,8 @@ from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into, fill_identity
-from hvlite._core.p2p cimport block_start, comm_size, HV_ERR_SHM
+from hvlite._core.p2p cimport block_start, comm_size
+from hvlite._core.codes cimport HV_ERR_SHM
 
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)

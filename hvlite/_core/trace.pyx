@@ -13,6 +13,7 @@ from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
 from cython.operator cimport dereference as deref
 
 cdef extern from "stdio.h" nogil:

@@ -21,22 +21,11 @@ from hvlite import collectives, runtime
 from hvlite.errors import DtypeError, InvalidArgumentError, MismatchError
 from hvlite.ops import Average, Sum, as_op
 from hvlite.compression import accounting as _stats
+from hvlite.work import Composite
 
 
-class Then:
-    """Handles in flight and the function that turns their results into the reduced array."""
-
-    def __init__(self, handles, finish):
-        self.handles, self.finish, self._done = handles, finish, False
-
-    def poll(self):
-        return self._done or all(h.poll() for h in self.handles)
-
-    def synchronize(self):
-        if not self._done:
-            self._result = self.finish([h.synchronize() for h in self.handles])
-            self._done, self.handles = True, None
-        return self._result
+# Handles in flight and the function that turns their results into the reduced array.
+Then = Composite
 
 
 def check_ratio(ratio, method):

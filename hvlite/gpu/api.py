@@ -16,10 +16,10 @@ from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.gpu import arrays, cuda_aware, ring, staging
 from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, worker_of
 from hvlite.ops import ReduceOp, as_op
+from hvlite._core.codes import COLLECTIVES
 
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)
-_WHAT = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast",
-         ALLTOALL: "alltoall", REDUCESCATTER: "reducescatter"}
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)      # the core's codes
+_WHAT = dict(enumerate(COLLECTIVES[:5]))
 # Other array families (tests use a host-backed one): (predicate, backend factory).
 BACKENDS = []
 

@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 
 from hvlite.errors import InvalidArgumentError, MismatchError
+from hvlite.work import Work
 
 FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected")
 
@@ -39,33 +40,35 @@ def check_tickets(table, name, ranks, what):
             "in the same order, with the same arguments, on every rank")
 
 
-class DeviceHandle:
+class DeviceHandle(Work):
     """A device collective in flight; synchronize() returns its result on the device, ordered
-    before later work on the caller's current stream (a stream wait, no host block)."""
+    before later work on the caller's current stream (a stream wait, no host block). The job
+    on the worker's queue holds the arrays until it has run, so dropping the handle is safe."""
 
-    __slots__ = ("_event", "_result", "_error", "_finish", "name", "__weakref__")
+    __slots__ = ("_event", "_result", "_failure", "_finish", "name")
 
     def __init__(self, name, finish):
+        super().__init__()
         self._event = threading.Event()
-        self._result = self._error = None
+        self._result = self._failure = None
         self._finish, self.name = finish, name
 
-    def poll(self):
+    def _ready(self):
         return self._event.is_set()
 
-    def wait(self):
+    def _block(self):
         self._event.wait()
 
-    def synchronize(self):
-        self._event.wait()
-        if self._error is not None:
-            raise self._error
-        if self._finish is not None:
-            self._result, self._finish = self._finish(self._result), None
-        return self._result
+    def _collect(self):
+        if self._failure is not None:
+            raise self._failure
+        return self._finish(self._result) if self._finish is not None else self._result
+
+    def _release(self):
+        self._result = self._failure = self._finish = None
 
     def _done(self, result=None, error=None):
-        self._result, self._error = result, error
+        self._result, self._failure = result, error
         self._event.set()
 
 

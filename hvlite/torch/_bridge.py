@@ -10,7 +10,7 @@ import torch
 
 import hvlite as _hv
 from hvlite import collectives as _coll
-from hvlite.collectives import GroupHandle  # noqa: F401  (grouped calls' handle, shared)
+from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
 from hvlite.torch.compression import Compression
@@ -74,18 +74,21 @@ def compression_kwargs(compression):
     return {"compression": compression}
 
 
-def poisoned(kind, name, error):
+def poisoned(kind, name, error, process_set=None):
     """Fail this rank's part of a collective before it reaches NumPy: the request still goes
-    out poisoned under its name, so the other ranks' handles fail instead of waiting, and this
-    rank raises `error`."""
+    out poisoned under its name on its process set, so the other members' handles fail instead
+    of waiting (and no other set is touched), and this rank raises `error`."""
+    from hvlite.process_sets import state_of
+
     def check(_name):
         raise error
-    rt = _hv._current()
-    _coll._submit(rt, kind, name, None, check=check)
+    st = state_of(_hv._current(), _GLOBAL if process_set is None else process_set,
+                  _coll._KIND[kind])
+    _coll._submit(st, kind, name, None, check=check)
     raise error   # not reached: _submit re-raises
 
 
-def view(t, kind, name, allow_bool=True):
+def view(t, kind, name, allow_bool=True, process_set=None):
     """A NumPy view of CPU tensor `t`'s memory; a bad tensor poisons the collective."""
     what = {_coll.ALLREDUCE: "allreduce", _coll.ALLGATHER: "allgather",
             _coll.BROADCAST: "broadcast", _coll.ALLTOALL: "alltoall",
@@ -93,19 +96,19 @@ def view(t, kind, name, allow_bool=True):
     label = f"{what} {name!r}" if name else what
     if not isinstance(t, torch.Tensor):
         poisoned(kind, name, InvalidArgumentError(
-            f"{label}: expected a torch.Tensor, got {type(t).__name__}"))
+            f"{label}: expected a torch.Tensor, got {type(t).__name__}"), process_set)
     if t.device.type != "cpu":
         poisoned(kind, name, DeviceError(
             f"{label}: tensor on device {t.device}; hvlite.torch handles CPU tensors only "
-            "(move it with .cpu())"))
+            "(move it with .cpu())"), process_set)
     if t.is_sparse:
         poisoned(kind, name, InvalidArgumentError(
-            f"{label}: sparse tensor; use sparse_allreduce_async or .to_dense()"))
+            f"{label}: sparse tensor; use sparse_allreduce_async or .to_dense()"), process_set)
     t = t.detach()
     if t.dtype == torch.bool:
         if not allow_bool:
             poisoned(kind, name, InvalidArgumentError(
-                f"{label}: bool tensors reduce only with op=hvd.Min or hvd.Max"))
+                f"{label}: bool tensors reduce only with op=hvd.Min or hvd.Max"), process_set)
         return t.view(torch.uint8).numpy()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
@@ -113,7 +116,8 @@ def view(t, kind, name, allow_bool=True):
     try:
         return t.numpy()
     except TypeError as e:
-        poisoned(kind, name, _hv.DtypeError(f"{label}: unsupported dtype {t.dtype} ({e})"))
+        poisoned(kind, name, _hv.DtypeError(f"{label}: unsupported dtype {t.dtype} ({e})"),
+                 process_set)
 
 
 def to_tensor(a, dtype):
@@ -136,24 +140,8 @@ def scale_(t, factor):
     return t.copy_(t.to(torch.float64).mul_(factor))
 
 
-class TorchHandle:
-    """An in-flight collective whose result, on synchronize(), is `finish(numpy_result)`."""
-
-    __slots__ = ("handle", "finish", "_done", "_result", "__weakref__")
-
-    def __init__(self, handle, finish):
-        self.handle, self.finish, self._done = handle, finish, False
-
-    def poll(self):
-        return self._done or self.handle.poll()
-
-    def synchronize(self):
-        if not self._done:
-            self._result = self.finish(self.handle.synchronize())
-            self._done, self.handle = True, None
-        return self._result
-
-
+# An in-flight collective whose result, on synchronize(), is `finish(numpy_result)`.
+TorchHandle = Mapped
 
 
 def group_base(name, kind):

@@ -23,11 +23,13 @@ global_process_set = getattr(_hv, "global_process_set", None)
 def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, process_set,
                      compression=None):
     """Reduce into `out` (the tensor itself when in place), scaling before and after."""
-    src = B.view(tensor, _coll.ALLREDUCE, name, allow_bool=op in (Min, Max))
+    src = B.view(tensor, _coll.ALLREDUCE, name, allow_bool=op in (Min, Max),
+                 process_set=process_set)
     if out is not tensor:
         out.copy_(tensor.detach())
     B.scale_(out, prescale_factor)
-    arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name)
+    arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name,
+                                                        process_set=process_set)
     kw = dict(B.ps_kwargs(process_set), **B.compression_kwargs(compression))
 
     def finish(result):
@@ -156,32 +158,17 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
                          process_set=process_set)
     hv = allgather_async(values.contiguous(), name=f"{name}.values", process_set=process_set)
 
-    def result():
-        idx, val = hi.synchronize(), hv.synchronize()
+    def result(parts):
+        idx, val = parts
         return torch.sparse_coo_tensor(idx.t(), val, t.size(), check_invariants=False).coalesce()
-    return _Deferred(lambda: hi.poll() and hv.poll(), result)
-
-
-class _Deferred:
-    __slots__ = ("_poll", "_then", "_done", "_result")
-
-    def __init__(self, poll, then):
-        self._poll, self._then, self._done = poll, then, False
-
-    def poll(self):
-        return self._done or self._poll()
-
-    def synchronize(self):
-        if not self._done:
-            self._result, self._done = self._then(), True
-        return self._result
+    return B.Composite([hi, hv], result)     # called, as in Horovod: handle() is the result
 
 
 # ---- allgather ------------------------------------------------------------------------------
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start concatenating every rank's tensor along dimension 0 (which may differ by rank)."""
-    arr = B.view(tensor, _coll.ALLGATHER, name)
+    arr = B.view(tensor, _coll.ALLGATHER, name, process_set=process_set)
     dtype = tensor.dtype
     return B.TorchHandle(_hv.allgather_async(arr, name=name, **B.ps_kwargs(process_set)),
                          lambda a: B.to_tensor(a, dtype))
@@ -243,10 +230,10 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Start overwriting `tensor` with root_rank's, in place."""
-    arr = B.view(tensor, _coll.BROADCAST, name)
+    arr = B.view(tensor, _coll.BROADCAST, name, process_set=process_set)
     if not arr.flags.c_contiguous:
         B.poisoned(_coll.BROADCAST, name, InvalidArgumentError(
-            f"broadcast_ {name or ''}: the tensor is not contiguous; use broadcast()"))
+            f"broadcast_ {name or ''}: the tensor is not contiguous; use broadcast()"), process_set)
     return B.TorchHandle(_hv.broadcast_async_(arr, root_rank, name=name,
                                               **B.ps_kwargs(process_set)),
                          lambda a: tensor)
@@ -290,7 +277,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
     synchronize() returns (received rows, received splits as an int32 tensor)."""
-    arr = B.view(tensor, _coll.ALLTOALL, name)
+    arr = B.view(tensor, _coll.ALLTOALL, name, process_set=process_set)
     n = B.ps_size(process_set)
     rows = arr.shape[0] if arr.ndim else 1
     if splits is None and rows % n == 0:
@@ -298,7 +285,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     elif isinstance(splits, torch.Tensor):
         if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
             B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
-                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"))
+                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"), process_set)
         splits = splits.tolist()
     dtype = tensor.dtype
     h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))
@@ -341,10 +328,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Start reducing across ranks and keeping this rank's block of rows (the first
     `rows % size` ranks get one row more)."""
     op = B.check_op(op, "reducescatter")
-    arr = B.view(tensor, _coll.REDUCESCATTER, name, allow_bool=op in (Min, Max))
+    arr = B.view(tensor, _coll.REDUCESCATTER, name, allow_bool=op in (Min, Max),
+                 process_set=process_set)
     if prescale_factor != 1.0:
         arr = B.view(B.scale_(tensor.detach().clone(), prescale_factor), _coll.REDUCESCATTER,
-                     name)
+                     name, process_set=process_set)
     dtype = tensor.dtype
     h = _hv.reducescatter_async(arr, op=op, name=name, **B.ps_kwargs(process_set))
     return B.TorchHandle(h, lambda a: B.scale_(B.to_tensor(a, dtype), postscale_factor))

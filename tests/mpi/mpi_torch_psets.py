@@ -8,6 +8,7 @@ import hvlite.torch as hvd
 hvd.init(process_sets="dynamic")
 N, RANK = hvd.size(), hvd.rank()
 from helpers import assert_everywhere, expect_raise_everywhere  # noqa: E402
+from hvlite.errors import HvliteError  # noqa: E402
 
 
 def test_allreduce_and_optimizer_on_a_subset():
@@ -52,3 +53,26 @@ def test_compression_fp16_through_torch():
     want = torch.full((10,), 0.5 * np.mean([r + 1 for r in range(N)]))
     assert_everywhere([] if torch.allclose(got, want, atol=1e-3) and got.dtype == torch.float32
                       else [f"rank {RANK}: fp16 compression gave {got}"])
+
+
+def test_a_bad_tensor_on_a_set_poisons_that_set_only():
+    """Rank 0 passes a non-tensor on a set: the set's members fail, naming the problem, and a
+    global collective under the same name, in flight meanwhile, is untouched."""
+    members = [0, 1] if N > 2 else [0]
+    ps = hvd.add_process_set(members)
+    x = torch.ones(5) * (RANK + 1)
+    glob = hvd.allreduce_async(x, op=hvd.Sum, name="same")
+    failures = []
+    if RANK in members:
+        try:
+            hvd.allreduce(x if RANK else [1.0] * 5, op=hvd.Sum, name="same", process_set=ps)
+            failures.append("the set's all-reduce did not fail")
+        except HvliteError as e:
+            if "expected a torch.Tensor" not in str(e):
+                failures.append(f"unclear error: {e}")
+    got = hvd.synchronize(glob)
+    want = torch.ones(5) * sum(r + 1 for r in range(N))
+    if not torch.equal(got, want):
+        failures.append(f"global 'same' gave {got}")
+    assert_everywhere(failures)
+    hvd.remove_process_set(ps)

@@ -1,0 +1,72 @@
+"""The code tables of codes.h as Python tuples, and the one choke point that turns a code into
+text and an error kind into an exception (mpi4py's CHKERR is the model): every handle, the
+engine and the parameter server raise through `exception()` / `check()`.
+
+Importing this module does not start MPI (it calls MPI_Error_string only for a real MPI code)."""
+from mpi4py.libmpi cimport MPI_Error_string, MPI_SUCCESS, MPI_MAX_ERROR_STRING
+from libc.string cimport strlen, memcpy
+
+
+cdef tuple _table(const char* const* names, int count):
+    return tuple(names[i].decode() for i in range(count))
+
+
+COLLECTIVES = _table(HV_COLLECTIVE_NAMES, C_COUNT)
+DTYPES = _table(HV_DTYPE_NAMES, DT_COUNT)
+DTYPE_SIZES = tuple(HV_DTYPE_SIZES[i] for i in range(DT_COUNT))
+OPS = _table(HV_OP_NAMES, OP_COUNT)
+ALGORITHMS = _table(HV_ALGORITHM_NAMES, ALG_COUNT)
+ERROR_KINDS = _table(HV_ERROR_KIND_NAMES, E_COUNT)
+OWN_ERRORS = {HV_ERR_NOMEM: "NOMEM", HV_ERR_SHM: "SHM", HV_ERR_COUNT: "COUNT",
+              HV_ERR_TIMEOUT: "TIMEOUT", HV_MISMATCH: "MISMATCH"}
+PENDING, DONE, ERROR = ST_PENDING, ST_DONE, ST_ERROR
+(E_NONE_, E_MISMATCH_, E_SHUTDOWN_, E_STALL_, E_MPI_, E_INVALID_) = range(E_COUNT)
+
+
+cdef int error_text(int code, char* buf, int cap) noexcept nogil:
+    cdef const char* own = hv_own_error_text(code)
+    cdef int n = 0
+    cdef char tmp[MPI_MAX_ERROR_STRING + 1]
+    if own != NULL:
+        n = <int>strlen(own)
+        n = n if n < cap else cap
+        memcpy(buf, own, n)
+        return n
+    if MPI_Error_string(code, tmp, &n) != MPI_SUCCESS:
+        return 0
+    n = n if n < cap else cap
+    memcpy(buf, tmp, n)
+    return n
+
+
+def error_string(int code):
+    """hvlite's text for its own codes, MPI's for MPI's."""
+    cdef char buf[MPI_MAX_ERROR_STRING + 1]
+    cdef int n = error_text(code, buf, MPI_MAX_ERROR_STRING)
+    if n == 0:
+        return f"unknown error code {code}"
+    return buf[:n].decode("utf-8", "replace")
+
+
+def exception(int kind, message, int code=0):
+    """The exception for a request that ended with error `kind` (and, for E_MPI, `code`)."""
+    from hvlite import errors
+    if kind == E_MPI:
+        return errors.MPIError(code, message if message else error_string(code))
+    cls = {E_MISMATCH: errors.MismatchError, E_SHUTDOWN: errors.ShutdownError,
+           E_STALL: errors.StallError}.get(kind, errors.InvalidArgumentError)
+    return cls(message)
+
+
+cdef int check(int err, what=None) except -1:
+    """CHKERR: raise MPIError for a non-zero code (MPI's or hvlite's own), naming `what`."""
+    if err == 0:
+        return 0
+    from hvlite.errors import MPIError
+    text = error_string(err)
+    raise MPIError(err, f"{text} ({what})" if what else text)
+
+
+def raise_for_code(int err):
+    """Raise what the core raises for this code (tests use it with MPI's error classes)."""
+    check(err)
