@@ -50,10 +50,12 @@ ASAN_DIR  := build/asan
 ASAN_ENV  := LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) \
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
              UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ASAN_TESTS ?= tests/test_work.py tests/test_coordinator.py tests/test_process_sets.py \
-              tests/test_collectives.py tests/test_torch.py
-ASAN_SELECT ?= not fusion_and_cache and not random and not hierarchical_without and not training \
-               and not script_runs and not large
+ASAN_TESTS ?= 'tests/test_work.py' 'tests/test_coordinator.py::test_coordinator[2]' \
+    'tests/test_coordinator.py::test_coordinator[3]' 'tests/test_coordinator.py::test_stall_check_and_shutdown' \
+    'tests/test_collectives.py::test_allreduce_matrix[2]' 'tests/test_collectives.py::test_allreduce_matrix[3]' \
+    'tests/test_collectives.py::test_shm_segments[3-0]' 'tests/test_collectives.py::test_errors[2]' \
+    'tests/test_process_sets.py::test_process_sets[3]' 'tests/test_torch.py::test_torch_collectives[2]' \
+    'tests/test_torch.py::test_torch_process_sets_and_compression[2]'
 CC ?= cc
 
 test-asan: install
@@ -62,7 +64,7 @@ test-asan: install
 	find $(ASAN_DIR) \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
 	cd $(ASAN_DIR) && HVLITE_SANITIZE=1 HVLITE_BUILD_JOBS=2 $(abspath $(PY)) setup.py -q build_ext --inplace -j 2
 	cd $(ASAN_DIR) && $(ASAN_ENV) HVLITE_TEST_DROPS=2000 $(abspath $(PY)) -m pytest -q \
-	    -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_SELECT)"
+	    -p no:cacheprovider --durations=5 $(ASAN_TESTS)
 
 # The main job: data-parallel training on 2 ranks with the timeline on, then the timeline's
 # summary (how much communication hid behind compute) and its picture.
