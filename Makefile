@@ -56,7 +56,6 @@ ASAN_TESTS ?= 'tests/test_work.py' 'tests/test_coordinator.py::test_coordinator[
     'tests/test_collectives.py::test_shm_segments[3-0]' 'tests/test_collectives.py::test_errors[2]' \
     'tests/test_process_sets.py::test_process_sets[3]' 'tests/test_torch.py::test_torch_collectives[2]' \
     'tests/test_torch.py::test_torch_process_sets_and_compression[2]'
-CC ?= cc
 
 test-asan: install
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)

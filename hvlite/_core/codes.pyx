@@ -20,7 +20,6 @@ ERROR_KINDS = _table(HV_ERROR_KIND_NAMES, E_COUNT)
 OWN_ERRORS = {HV_ERR_NOMEM: "NOMEM", HV_ERR_SHM: "SHM", HV_ERR_COUNT: "COUNT",
               HV_ERR_TIMEOUT: "TIMEOUT", HV_MISMATCH: "MISMATCH"}
 PENDING, DONE, ERROR = ST_PENDING, ST_DONE, ST_ERROR
-(E_NONE_, E_MISMATCH_, E_SHUTDOWN_, E_STALL_, E_MPI_, E_INVALID_) = range(E_COUNT)
 
 
 cdef int error_text(int code, char* buf, int cap) noexcept nogil:
