@@ -89,7 +89,7 @@ cdef class Coordinator:
     cdef Tuner tune
     # user-thread side (under the GIL): every Pending whose request may still be in flight
     cdef list live
-    cdef Py_ssize_t sweep_at
+    cdef Py_ssize_t since_sweep
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -112,7 +112,7 @@ cdef class Coordinator:
         self.cycle_time, self.stall_check, self.stall_shutdown = cycle_time, stall_check, stall_shutdown
         self.last_stall = hv_now()
         self.live = []
-        self.sweep_at = 64
+        self.since_sweep = 0
 
     def __dealloc__(self):
         context_free(&self.ctx)
@@ -192,15 +192,17 @@ cdef class Coordinator:
 
     cdef _track(self, Pending p):
         """Hold `p` (and so its buffers) until its request completes. Completed ones are swept
-        out when the list has doubled since the last sweep: amortized O(1) per submit."""
+        out every 64 submits, so a dropped handle's buffers outlive their request by at most
+        64 submits; the scan costs O(in flight / 64) per submit."""
         cdef list old
         self.live.append(p)
-        if len(self.live) >= self.sweep_at:
+        self.since_sweep += 1
+        if self.since_sweep >= 64:
+            self.since_sweep = 0
             old = self.live
             # the new list is in place before any Pending is released: a finalizer that
             # submits again appends to it, not to the list being dropped
             self.live = [q for q in old if (<Pending>q).pending()]
-            self.sweep_at = max(64, 2 * len(self.live))
             old = None
 
     def in_flight(self):
