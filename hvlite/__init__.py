@@ -15,9 +15,10 @@ from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgument
                            MismatchError, MPIError, NotInitializedError, ShutdownError,
                            StallError)
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
-from hvlite.process_sets import (ProcessSet, add_process_set, global_process_set,
-                                 remove_process_set)
-from hvlite.runtime import init as _init, is_initialized, shutdown, current as _current
+from hvlite.process_sets import ProcessSet, global_process_set
+from hvlite.runtime import (add_process_set, current as _current, is_initialized,
+                            remove_process_set, shutdown)
+from hvlite import runtime as _runtime
 from hvlite import timeline
 from hvlite.compression import Compression
 from hvlite.timeline import start_timeline, stop_timeline
@@ -29,8 +30,13 @@ def init(comm=None, process_sets=None):
     """Initialize hvlite (idempotent). `comm`: an mpi4py communicator to work on; COMM_WORLD
     by default. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it.
     `process_sets`: ProcessSets to create at once (the same list on every rank), or "dynamic"
-    to allow add_process_set()/remove_process_set() later."""
-    _init(comm, process_sets)
+    to allow add_process_set()/remove_process_set() later. With HVLITE_TIMELINE set, the
+    timeline starts here too."""
+    fresh = not _runtime.is_initialized()
+    rt = _runtime.init(comm, process_sets)
+    s = rt.settings
+    if fresh and s.timeline:
+        start_timeline(s.timeline, s.timeline_mark_cycles, s.timeline_all_ranks)
 
 
 def rank():

@@ -10,12 +10,12 @@ collective over the set's ranks; sets sharing one thread would wait on each othe
 order each rank happened to reach them, and ranks that own different sets would deadlock. On
 separate threads a set waits only for its own members, and an idle set sleeps.
 """
+import dataclasses
 import threading
 import weakref
 
 import numpy as np
 
-from hvlite import runtime
 from hvlite.errors import InvalidArgumentError
 
 
@@ -134,32 +134,6 @@ _DYNAMIC = ("set HVLITE_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=
             "go to init(process_sets=[...])")
 
 
-def add_process_set(process_set):
-    """Create a process set from a ProcessSet or a list of ranks and return the ProcessSet.
-    Every rank calls it, in the same order; needs dynamic process sets."""
-    rt = runtime.current()
-    if not rt.dynamic_sets:
-        raise InvalidArgumentError("add_process_set: " + _DYNAMIC.format("add"))
-    return register(rt, process_set)
-
-
-def remove_process_set(process_set):
-    """Remove a process set on every rank (all call it, in the same order); returns whether it
-    was removed. The global set is never removed (False), as in Horovod."""
-    rt = runtime.current()
-    if process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0:
-        return False
-    if not rt.dynamic_sets:
-        raise InvalidArgumentError("remove_process_set: " + _DYNAMIC.format("remove"))
-    return unregister(rt, process_set)
-
-
-def process_sets():
-    """The registered sets, by id (the global set first)."""
-    rt = runtime.current()
-    return [rt.sets[sid][2][0] for sid in sorted(rt.sets)]
-
-
 def _problem(ranks, n):
     """What is wrong with a rank list for a job of n ranks, or None."""
     if not ranks:
@@ -170,41 +144,81 @@ def _problem(ranks, n):
     return None
 
 
-def register(rt, ps):
-    """Create the set on every rank (all ranks call it, in the same order). Returns its id."""
-    if not isinstance(ps, ProcessSet):
-        ps = ProcessSet(ps)
-    if ps._live() is rt:
-        raise InvalidArgumentError(f"{ps} is already registered")
-    if rt.thread_level != rt.MPI.THREAD_MULTIPLE:
-        raise InvalidArgumentError(
-            f"process sets need MPI_THREAD_MULTIPLE (each set's coordinator calls MPI from its own "
-            f"thread); MPI runs at {rt.thread_level_name}: set HVLITE_MPI_THREAD_LEVEL=multiple")
-    ranks = ps.ranks
-    mine = _problem(ranks, rt.size)
-    if mine is None:
-        for sid, entry in rt.sets.items():
-            if entry[0] == ranks:
-                mine = f"process set {sid} already has ranks {ranks}"
-    views = rt.comm.allgather((ranks, mine))
-    if any(v != ranks for v, _ in views):
-        raise InvalidArgumentError(
-            "add_process_set: ranks disagree on the set: " +
-            ", ".join(f"rank {r}: {views[r][0]}" for r in range(rt.size)) +
-            " (every rank must add the same sets in the same order)")
-    problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(views) if p]
-    if problems:
-        raise InvalidArgumentError(f"add_process_set({ranks}) failed: " + "; ".join(problems))
-    MPI = rt.MPI
-    group = rt.comm.Get_group()
-    sub = group.Incl(ranks)
-    comm = rt.comm.Create(sub)
-    sub.Free()
-    group.Free()
-    set_id = rt.next_set_id
-    rt.next_set_id += 1
-    state = None
-    if comm != MPI.COMM_NULL:
+@dataclasses.dataclass
+class SetEntry:
+    """One registered set: its ranks, this rank's SetState (None when this rank is not a
+    member), and the ProcessSet objects that name it."""
+    ranks: list
+    state: "SetState | None"
+    objects: list
+
+
+class Registry:
+    """The process sets of one runtime, by id; id 0 is the global set. Adding and removing are
+    collective: every rank calls them, in the same order."""
+
+    def __init__(self, rt, global_state):
+        self._rt = weakref.ref(rt)
+        self.entries = {0: SetEntry(global_state.ranks, global_state, [global_process_set])}
+        self.next_id = 1
+
+    @property
+    def global_state(self):
+        return self.entries[0].state
+
+    def states(self):
+        """This rank's SetStates (the sets it belongs to), the global set first."""
+        return [self.entries[i].state for i in sorted(self.entries)
+                if self.entries[i].state is not None]
+
+    def sets(self):
+        """The registered ProcessSets, by id (the global set first)."""
+        return [self.entries[i].objects[0] for i in sorted(self.entries)]
+
+    def add(self, ps):
+        """Create the set on every rank (all ranks call it, in the same order); returns it."""
+        rt = self._rt()
+        if not isinstance(ps, ProcessSet):
+            ps = ProcessSet(ps)
+        if ps._live() is rt:
+            raise InvalidArgumentError(f"{ps} is already registered")
+        if rt.thread_level != rt.MPI.THREAD_MULTIPLE:
+            raise InvalidArgumentError(
+                f"process sets need MPI_THREAD_MULTIPLE (each set's coordinator calls MPI from its "
+                f"own thread); MPI runs at {rt.thread_level_name}: set HVLITE_MPI_THREAD_LEVEL=multiple")
+        ranks = ps.ranks
+        mine = _problem(ranks, rt.size)
+        if mine is None:
+            for sid, entry in self.entries.items():
+                if entry.ranks == ranks:
+                    mine = f"process set {sid} already has ranks {ranks}"
+        views = rt.comm.allgather((ranks, mine))
+        if any(v != ranks for v, _ in views):
+            raise InvalidArgumentError(
+                "add_process_set: ranks disagree on the set: " +
+                ", ".join(f"rank {r}: {views[r][0]}" for r in range(rt.size)) +
+                " (every rank must add the same sets in the same order)")
+        problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(views) if p]
+        if problems:
+            raise InvalidArgumentError(f"add_process_set({ranks}) failed: " + "; ".join(problems))
+        set_id = self.next_id
+        self.next_id += 1
+        self.entries[set_id] = SetEntry(ranks, self._member_state(rt, set_id, ranks), [ps])
+        ps.process_set_id = set_id
+        ps._runtime = weakref.ref(rt)
+        return ps
+
+    @staticmethod
+    def _member_state(rt, set_id, ranks):
+        """The set's communicators and coordinator on a member rank; None elsewhere."""
+        MPI = rt.MPI
+        group = rt.comm.Get_group()
+        sub = group.Incl(ranks)
+        comm = rt.comm.Create(sub)
+        sub.Free()
+        group.Free()
+        if comm == MPI.COMM_NULL:
+            return None
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         key = comm.Get_rank()
         if rt.settings.local_size:
@@ -214,52 +228,61 @@ def register(rt, ps):
         cross = comm.Split(local.Get_rank(), key)
         state = SetState(rt, set_id, ranks, comm, local, cross)
         state.owned = (cross, local, comm)
-    rt.sets[set_id] = (ranks, state, [ps])
-    ps.process_set_id = set_id
-    ps._runtime = weakref.ref(rt)
-    return ps
+        return state
 
+    def remove(self, ps):
+        """Remove the set on every rank (all ranks call it, in the same order). False for the
+        global set and for sets that are not registered, as in Horovod."""
+        rt = self._rt()
+        if not isinstance(ps, ProcessSet):
+            raise InvalidArgumentError(f"remove_process_set needs a ProcessSet, got {ps!r}")
+        set_id = ps.process_set_id if ps._live() is rt else None
+        if set_id == 0 or (ps is global_process_set):
+            return False
+        views = rt.comm.allgather(set_id)
+        if len(set(views)) > 1:
+            raise InvalidArgumentError(
+                "remove_process_set: ranks disagree on the set: " +
+                ", ".join(f"rank {r}: {v}" for r, v in enumerate(views)) +
+                " (every rank must remove the same sets in the same order)")
+        if set_id is None:
+            return False
+        entry = self.entries.pop(set_id)
+        if entry.state is not None:
+            entry.state.coordinator.wait_all()   # this rank's own work on the set finishes first
+            entry.state.stop()
+            entry.state.join(rt.MPI.Is_finalized())
+        for obj in entry.objects:
+            obj.invalidate()
+        return True
 
-def unregister(rt, ps):
-    """Remove the set on every rank (all ranks call it, in the same order). False for the global
-    set and for sets that are not registered, as in Horovod."""
-    if not isinstance(ps, ProcessSet):
-        raise InvalidArgumentError(f"remove_process_set needs a ProcessSet, got {ps!r}")
-    set_id = ps.process_set_id if ps._live() is rt else None
-    if set_id == 0 or (ps is global_process_set):
-        return False
-    views = rt.comm.allgather(set_id)
-    if len(set(views)) > 1:
-        raise InvalidArgumentError(
-            "remove_process_set: ranks disagree on the set: " +
-            ", ".join(f"rank {r}: {v}" for r, v in enumerate(views)) +
-            " (every rank must remove the same sets in the same order)")
-    if set_id is None:
-        return False
-    _, state, objects = rt.sets.pop(set_id)
-    if state is not None:
-        state.coordinator.wait_all()         # this rank's own work on the set finishes first
-        state.stop()
-        state.join(rt.MPI.Is_finalized())
-    for obj in objects:
-        obj.invalidate()
-    return True
+    def invalidate_all(self):
+        """At shutdown: every ProcessSet but the global one stops naming a set."""
+        for sid, entry in self.entries.items():
+            if sid:
+                for obj in entry.objects:
+                    obj.invalidate()
+
+    def state_of(self, process_set, what, outsider_ok=False):
+        """The SetState to run `what` on, or a clear error: not a set, removed, not a member
+        (with outsider_ok, None for a set this rank is not in)."""
+        if process_set is None or process_set is global_process_set:
+            return self.entries[0].state
+        rt = self._rt()
+        if not isinstance(process_set, ProcessSet):
+            raise InvalidArgumentError(f"{what}: process_set must be a hvlite.ProcessSet, "
+                                       f"got {process_set!r}")
+        if process_set._live() is not rt:
+            raise InvalidArgumentError(
+                f"{what}: process set {process_set.ranks} is not registered (it was removed, or "
+                "never added with hvlite.add_process_set() or hvlite.init(process_sets=[...]))")
+        state = self.entries[process_set.process_set_id].state
+        if state is None and not outsider_ok:
+            raise InvalidArgumentError(f"{what}: rank {rt.rank} is not part of process set "
+                                       f"{process_set.process_set_id} (ranks {process_set.ranks})")
+        return state
 
 
 def state_of(rt, process_set, what, outsider_ok=False):
-    """The SetState to run `what` on, or a clear error: not a set, removed, not a member
-    (with outsider_ok, None for a set this rank is not in)."""
-    if process_set is None or process_set is global_process_set:
-        return rt.sets[0][1]
-    if not isinstance(process_set, ProcessSet):
-        raise InvalidArgumentError(f"{what}: process_set must be a hvlite.ProcessSet, "
-                                   f"got {process_set!r}")
-    if process_set._live() is not rt:
-        raise InvalidArgumentError(
-            f"{what}: process set {process_set.ranks} is not registered (it was removed, or never "
-            "added with hvlite.add_process_set() or hvlite.init(process_sets=[...]))")
-    state = rt.sets[process_set.process_set_id][1]
-    if state is None and not outsider_ok:
-        raise InvalidArgumentError(f"{what}: rank {rt.rank} is not part of process set "
-                                   f"{process_set.process_set_id} (ranks {process_set.ranks})")
-    return state
+    """rt's SetState for `process_set` (see Registry.state_of)."""
+    return rt.registry.state_of(process_set, what, outsider_ok)

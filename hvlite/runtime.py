@@ -1,14 +1,16 @@
-"""The one Runtime object: MPI set-up, topology, the core engine, and shutdown.
+"""The one Runtime object: MPI set-up, topology, the core engine, its process sets, shutdown.
 
 hvlite keeps all of its state here; the module holds only a reference to the current runtime.
+This is the state layer: it imports nothing of hvlite's above process_sets (the public init()
+in hvlite/__init__.py adds what sits higher, such as the timeline).
 """
 import atexit
 import dataclasses
 import sys
-import threading
 import weakref
 
 from hvlite import config as _config
+from hvlite import process_sets as _ps
 from hvlite.errors import InvalidArgumentError, NotInitializedError
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
@@ -65,20 +67,21 @@ class Runtime:
         if s.log_level in ("trace", "debug") and rank == 0:
             log_cost_model(self.engine.cost_model(), self.comm.Get_size(), leaders,
                            self.local.Get_size(), uniform, self.shm_info["available"])
-        from hvlite import process_sets
         self.rank, self.size = rank, self.comm.Get_size()
         self.closed = False
         self.dynamic_sets = s.dynamic_process_sets
-        state = process_sets.SetState(self, 0, list(range(self.size)), self.comm, self.local,
-                                      self.cross, autotune=s.autotune)
-        self.sets = {0: (state.ranks, state, [process_sets.global_process_set])}
-        self.next_set_id = 1
-        self.coordinator, self.thread = state.coordinator, state.thread
-        self.names = state.names               # per-collective counters for automatic names
+        state = _ps.SetState(self, 0, list(range(self.size)), self.comm, self.local,
+                             self.cross, autotune=s.autotune)
+        self.registry = _ps.Registry(self, state)
         self.timeline = None
 
+    @property
+    def global_state(self):
+        """The global set's SetState: its coordinator, thread and automatic-name counters."""
+        return self.registry.global_state
+
     def auto_name(self, kind):
-        return self.sets[0][1].auto_name(kind)
+        return self.global_state.auto_name(kind)
 
     @property
     def thread_level_name(self):
@@ -93,7 +96,7 @@ class Runtime:
         if self.timeline is not None:
             self.timeline.stop()
         self.closed = True
-        states = [entry[1] for entry in self.sets.values() if entry[1] is not None]
+        states = self.registry.states()
         for state in states:        # device collectives' workers first: they submit to the sets
             worker = getattr(state, "_gpu_worker", None)
             if worker is not None:
@@ -104,10 +107,7 @@ class Runtime:
         finalized = self.MPI.Is_finalized()
         for state in states:
             state.join(finalized)
-        for sid, (_, _, objects) in self.sets.items():
-            if sid:
-                for obj in objects:
-                    obj.invalidate()
+        self.registry.invalidate_all()
         self.engine.close()
         if not finalized:
             gpu_comm = getattr(self, "_gpu_comm", None)
@@ -157,14 +157,14 @@ def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
 
 
 def init(comm=None, process_sets=None):
-    """Start hvlite on `comm` (an mpi4py communicator; COMM_WORLD by default). Idempotent.
-    `process_sets`: ProcessSets (or rank lists) to create now, the same on every rank, or
-    "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1 does)."""
+    """Start hvlite's state on `comm` (an mpi4py communicator; COMM_WORLD by default).
+    Idempotent. `process_sets`: ProcessSets (or rank lists) to create now, the same on every
+    rank, or "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1
+    does)."""
     global _current
     if _current is not None:
         return _current
     settings = _config.load()
-    from hvlite import process_sets as ps
     static = process_sets
     if isinstance(process_sets, str):
         if process_sets != "dynamic":
@@ -173,20 +173,14 @@ def init(comm=None, process_sets=None):
         settings = dataclasses.replace(settings, dynamic_process_sets=True)
         static = None
     _current = rt = Runtime(comm, settings)
-    ps.global_process_set.ranks = list(range(rt.size))
-    ps.global_process_set._runtime = weakref.ref(rt)
-    from hvlite import collectives
-    collectives._bind_core()
+    _ps.global_process_set.ranks = list(range(rt.size))
+    _ps.global_process_set._runtime = weakref.ref(rt)
     try:
         for p in static or ():
-            ps.register(rt, p)
+            rt.registry.add(p)
     except BaseException:       # every rank fails alike: none is left half-initialized
         shutdown()
         raise
-    if settings.timeline:
-        from hvlite import timeline
-        timeline.start_timeline(settings.timeline, settings.timeline_mark_cycles,
-                                settings.timeline_all_ranks)
     return _current
 
 
@@ -196,6 +190,31 @@ def shutdown():
     rt, _current = _current, None
     if rt is not None:
         rt.close()
+
+
+def add_process_set(process_set):
+    """Create a process set from a ProcessSet or a list of ranks and return the ProcessSet.
+    Every rank calls it, in the same order; needs dynamic process sets."""
+    rt = current()
+    if not rt.dynamic_sets:
+        raise InvalidArgumentError("add_process_set: " + _ps._DYNAMIC.format("add"))
+    return rt.registry.add(process_set)
+
+
+def remove_process_set(process_set):
+    """Remove a process set on every rank (all call it, in the same order); returns whether it
+    was removed. The global set is never removed (False), as in Horovod."""
+    rt = current()
+    if process_set is _ps.global_process_set or getattr(process_set, "process_set_id", None) == 0:
+        return False
+    if not rt.dynamic_sets:
+        raise InvalidArgumentError("remove_process_set: " + _ps._DYNAMIC.format("remove"))
+    return rt.registry.remove(process_set)
+
+
+def registered_sets():
+    """The registered ProcessSets, by id (the global set first)."""
+    return current().registry.sets()
 
 
 def current():

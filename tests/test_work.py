@@ -75,10 +75,10 @@ def test_chains_and_maps_run_their_function_once():
 
 
 def test_code_tables_are_declared_once():
-    from hvlite import collectives, config, ops
+    from hvlite import config, ops, submit
     from hvlite._core import codes, dtypes, select
     assert [m.name for m in ops.ReduceOp] == list(codes.OPS)
-    assert [collectives._KIND[i] for i in range(len(codes.COLLECTIVES))] == list(codes.COLLECTIVES)
+    assert [submit._KIND[i] for i in range(len(codes.COLLECTIVES))] == list(codes.COLLECTIVES)
     assert set(config.ALGORITHMS) == set(codes.ALGORITHMS) == set(select.ALGORITHMS)
     assert dtypes.NAMES == codes.DTYPES
     assert [dtypes.size_of(i) for i in range(len(codes.DTYPES))] == list(codes.DTYPE_SIZES)

@@ -72,7 +72,7 @@ class DeviceHandle(Work):
         self._event.set()
 
 
-class Worker:
+class DeviceWorker:
     def __init__(self, set_id):
         self.queue = queue.Queue()
         self.count = 0                 # device collectives submitted on this set (ticket names)
@@ -105,5 +105,5 @@ class Worker:
 def worker_of(st):
     w = getattr(st, "_gpu_worker", None)
     if w is None:
-        w = st._gpu_worker = Worker(st.id)
+        w = st._gpu_worker = DeviceWorker(st.id)
     return w

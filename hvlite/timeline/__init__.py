@@ -25,7 +25,7 @@ class Timeline:
 
     def __init__(self, rt, path, mark_cycles, all_ranks):
         from hvlite._core.trace import now
-        self.writer = rt.coordinator.writer()
+        self.writer = rt.global_state.coordinator.writer()
         rank = rt.engine.rank
         self.path = path if rank == 0 else per_rank_path(path, rank)
         self.active = rank == 0 or all_ranks

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import hvlite as _hv
-from hvlite import collectives as _coll
+from hvlite import collectives as _coll, submit as _host
 from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
@@ -83,8 +83,8 @@ def poisoned(kind, name, error, process_set=None):
     def check(_name):
         raise error
     st = state_of(_hv._current(), _GLOBAL if process_set is None else process_set,
-                  _coll._KIND[kind])
-    _coll._submit(st, kind, name, None, check=check)
+                  _host._KIND[kind])
+    _host.submit(st, kind, name, None, check=check)
     raise error   # not reached: _submit re-raises
 
 

@@ -43,12 +43,14 @@ class TorchCompressor:
         return f"hvlite.torch.Compression.{self.method}"
 
 
-class Compression:
+class TorchCompression:
     """Horovod's `hvd.Compression`: none and fp16 as in Horovod, plus hvlite's bf16, int8, topk,
     randomk, sign and powersgd (e.g. `Compression.topk(ratio=0.01)`)."""
 
 
 for _m in METHODS:
-    setattr(Compression, _m, TorchCompressor(_m, getattr(_Methods, _m)))
+    setattr(TorchCompression, _m, TorchCompressor(_m, getattr(_Methods, _m)))
 
-__all__ = ["Compression", "TorchCompressor"]
+Compression = TorchCompression     # Horovod's name: `hvd.Compression.fp16`
+
+__all__ = ["Compression", "TorchCompression", "TorchCompressor"]

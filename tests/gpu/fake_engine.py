@@ -10,7 +10,7 @@ import collections
 
 import numpy as np
 
-from hvlite.gpu.engine import CopyEngine
+from hvlite.gpu.copy_engine import CopyEngine
 
 
 class Event:

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 from fake_engine import FakeEngine
-from hvlite.gpu import api
+from hvlite.gpu import submit as api
 
 
 class FakeDeviceArray:

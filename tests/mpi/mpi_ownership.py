@@ -79,7 +79,7 @@ def test_ten_thousand_dropped_handles_stay_in_bounds():
     gc.collect()
     grown = rss_bytes() - before
     checked_allreduce(1)
-    live = len(hvd._current().coordinator.in_flight())
+    live = len(hvd._current().global_state.coordinator.in_flight())
     check(live == 0, f"{live} requests still in flight after a barrier")
     # under AddressSanitizer freed memory sits in its quarantine: the bound is for real runs
     asan = "libasan" in os.environ.get("LD_PRELOAD", "")

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import hvlite as hvd
 from hvlite.optim import SGD, DistributedOptimizer
-from hvlite.process_sets import process_sets as registered
+from hvlite.runtime import registered_sets as registered
 from helpers import assert_everywhere, expect_raise_everywhere
 
 N = MPI.COMM_WORLD.Get_size()

@@ -1,4 +1,4 @@
-"""Device forms of the collectives; hvlite.collectives sends device arrays here.
+"""The device submission path: hvlite.collectives sends device arrays here.
 
 Submit (caller's thread): wrap the array without copying, check its dtype, record an event on
 the caller's current stream, send the ticket, queue the job. The worker thread then moves the
@@ -11,11 +11,12 @@ import functools
 
 import numpy as np
 
-from hvlite import runtime
+from hvlite import runtime, submit as _host
 from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.gpu import arrays, cuda_aware, ring, staging
 from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, worker_of
 from hvlite.ops import ReduceOp, as_op
+from hvlite.process_sets import global_process_set, state_of
 from hvlite._core.codes import COLLECTIVES
 
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)      # the core's codes
@@ -26,13 +27,13 @@ BACKENDS = []
 
 class CupyBackend:
     def __init__(self):
-        from hvlite.gpu.engine import CupyEngine
+        from hvlite.gpu.copy_engine import CupyEngine
         self.xp = arrays.load_cupy()
         self.engine = CupyEngine()
         self.wrap = arrays.wrap
 
     def caller_stream(self, x):
-        from hvlite.gpu.engine import stream_of
+        from hvlite.gpu.copy_engine import stream_of
         cai = arrays._interface(x)
         return stream_of(cai.get("stream") if cai else None, self.engine)
 
@@ -82,23 +83,20 @@ def _direct_comm(rt, st):
 
 def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
            process_set=None):
-    from hvlite import collectives as coll
-    from hvlite.process_sets import global_process_set, state_of
     rt = runtime.current()
     ps = global_process_set if process_set is None else process_set
     what = _WHAT[kind] + ("_" if inplace else "")
     st = state_of(rt, ps, what)
-    coll._bind_core() if coll.code_of is None else None
     name = name or st.auto_name(_WHAT[kind])
     be = backend_for(x)
     arr, restore = be.wrap(x)
     xp, eng = be.xp, be.engine
     problem, code, o, root = None, 0, 0, 0
     try:
-        code = coll.code_of(np.dtype(arr.dtype))
+        code = _host.code_of(np.dtype(arr.dtype))
         if code < 0:
             raise DtypeError(f"{what} {name!r}: unsupported dtype {arr.dtype} on the device; "
-                             f"hvlite handles {', '.join(coll.supported_names())}")
+                             f"hvlite handles {', '.join(_host.supported_names())}")
         if kind in (ALLREDUCE, REDUCESCATTER):
             o = int(as_op(op))
         if kind == BROADCAST:
@@ -114,7 +112,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
     w = worker_of(st)
     size = 0 if kind in (ALLGATHER, ALLTOALL) else arr.nbytes   # those may differ by rank
     record = ticket_record(name, kind, code, o, root, size, problem is not None)
-    ticket = coll.allgather_async(record, name=w.next_ticket_name(st.id), process_set=ps)
+    ticket = _host.allgather_async(record, name=w.next_ticket_name(st.id), process_set=ps)
     if problem is not None:
         w.submit(DeviceHandle(name, None), lambda: ticket.synchronize())   # drain its ticket
         raise problem
@@ -174,7 +172,6 @@ class _Job:
         return self.out, eng.record(stream)
 
     def _chunked(self, streams):
-        from hvlite import collectives as coll
         eng = self.be.engine
         nbytes, chunk = self.src.nbytes, self.chunk_bytes
         slots = self.worker.slots.get(id(eng))
@@ -185,17 +182,16 @@ class _Job:
         def start(i, slot, size):
             view = slot[:size].view(dtype)
             if self.kind == ALLREDUCE:
-                return coll.allreduce_async_(view, op=ReduceOp(self.op), name=f"{self.name}.c{i}",
-                                             process_set=self.ps)
-            return coll.broadcast_async_(view, self.root_rank, name=f"{self.name}.c{i}",
-                                         process_set=self.ps)
+                return _host.allreduce_async_(view, op=ReduceOp(self.op),
+                                              name=f"{self.name}.c{i}", process_set=self.ps)
+            return _host.broadcast_async_(view, self.root_rank, name=f"{self.name}.c{i}",
+                                          process_set=self.ps)
         done = staging.run_chunked(eng, _flat(self.be.xp, self.src), _flat(self.be.xp, self.out),
                                    nbytes, chunk, dtype.itemsize, start, self.after, streams,
                                    slots)
         return self.out, done
 
     def _whole(self, stream):
-        from hvlite import collectives as coll
         eng, xp = self.be.engine, self.be.xp
         host = eng.pinned(self.src.nbytes)
         staging.stage_in(eng, _flat(xp, self.src), self.src.nbytes, host, self.chunk_bytes,
@@ -204,12 +200,13 @@ class _Job:
         h = host[:self.src.nbytes].view(dtype).reshape(self.src.shape)
         extra = None
         if self.kind == ALLGATHER:
-            res = coll.allgather(h, name=self.name, process_set=self.ps)
+            res = _host.allgather_async(h, name=self.name, process_set=self.ps).synchronize()
         elif self.kind == REDUCESCATTER:
-            res = coll.reducescatter(h, op=ReduceOp(self.op), name=self.name,
-                                     process_set=self.ps)
+            res = _host.reducescatter_async(h, op=ReduceOp(self.op), name=self.name,
+                                            process_set=self.ps).synchronize()
         else:
-            res = coll.alltoall(h, splits=self.splits, name=self.name, process_set=self.ps)
+            res = _host.alltoall_async(h, splits=self.splits, name=self.name,
+                                       process_set=self.ps).synchronize()
             if self.splits is not None:
                 res, extra = res
         res = np.ascontiguousarray(res)
