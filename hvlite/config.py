@@ -14,46 +14,149 @@ THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 
+def _setting(default, env, doc, **more):
+    """A Settings field: its default, the variable that sets it (`env`), and what it means
+    (`doc`), kept as data so that markdown() documents every field and cannot drift. Optional:
+    `choices` (the accepted values), `accepts` (the accepted values, in words), `unit`, and
+    `note` (a longer explanation, rendered after the table)."""
+    return dataclasses.field(default=default, metadata={"env": env, "doc": doc, **more})
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    allreduce_algorithm: str = "auto"
-    # Only one thread calls MPI at a time in hvlite's design, so SERIALIZED is enough; MPICH
-    # switches its shared-memory collectives off at MULTIPLE. Ask for multiple if your own code
-    # calls MPI from several threads at once.
-    mpi_thread_level: str = "multiple"
-    local_size: int = 0            # 0: nodes from MPI_COMM_TYPE_SHARED; K: pretend nodes of K ranks
-    segment_bytes: int = 256 << 10  # receive segment for the reduce steps (two are kept)
-    check_agreement: bool = True   # metadata check in Engine.allreduce (benchmarks' direct path)
-    cycle_time_ms: float = 1.0     # least time between rounds while work stays pending
-    fusion_threshold: int = 64 << 20  # bytes per fused all-reduce; 0 turns fusion off
-    fusion_tensor_limit: int = 256 << 10  # tensors at least this large are reduced alone
-    cache_capacity: int = 1024     # response-cache slots; 0 turns the cache off
-    stall_check_seconds: float = 60.0     # 0 turns the stall check off
-    stall_shutdown_seconds: float = 0.0   # > 0: a stall this long fails every rank
-    timeline: str = ""             # write a Chrome trace here from init() on
-    timeline_mark_cycles: bool = False
-    timeline_all_ranks: bool = False  # one file per rank (rank r: <name>.rank<r><ext>)
-    log_level: str = "warning"     # debug shows the measured cost model and crossovers
-    probe: bool = True             # measure alpha, beta, gamma at init() for algorithm="auto"
-    autotune: bool = False         # tune fusion threshold and cycle time over the first steps
-    autotune_log: str = ""         # CSV of every autotune trial (rank 0)
-    dynamic_process_sets: bool = False  # allow add/remove_process_set after init()
-    ps_servers: int = 0            # hvlite.ps: server ranks (0: the argument, else 1)
-    ps_timeout: float = 300.0      # hvlite.ps: seconds a rank waits for a peer; 0 waits forever
-    alpha_intra: float = 2e-6      # cost model: seconds per message within a node
-    beta_intra: float = 1 / 4e9    #   seconds per byte within a node
-    alpha_inter: float = 10e-6     #   seconds per message between nodes
-    beta_inter: float = 1 / 1.2e9  #   seconds per byte between nodes
-    gamma: float = 1 / 6e9         #   seconds per byte reduced
-    alpha_shm: float = 1e-6        #   seconds per flag barrier in the shared segment
-    beta_mem: float = 1 / 10e9     #   seconds per byte copied (measured at init with the probe)
-    shm: bool = True               # map a shared segment per node (algorithm "shm", hierarchical)
-    shm_segment_bytes: int = 1 << 20   # per-rank slot; large buffers go through in segments
-    shm_redundant_bytes: int = -1      # up to this many bytes every rank reduces all slots (one
-                                       # barrier) instead of a slice (two); -1: 256 KiB on nodes
-                                       # of 2 ranks, 16 KiB on larger ones (measured)
-    cuda_aware: str = "auto"       # device arrays straight to MPI: "auto" asks the library
-    cuda_chunk_bytes: int = 4 << 20  # host staging: bytes per chunk (two pinned slots)
+    allreduce_algorithm: str = _setting(
+        "auto", "HVLITE_ALLREDUCE_ALGORITHM",
+        "All-reduce algorithm for calls that pass no `algorithm=`. `auto` picks the cheapest by "
+        "the cost model; `mpi` is MPI's own `MPI_Allreduce`, the reference.",
+        choices=ALGORITHMS)
+    mpi_thread_level: str = _setting(
+        "multiple", "HVLITE_MPI_THREAD_LEVEL",
+        "Thread level asked of MPI at `init()`, unless mpi4py already initialized MPI "
+        "(`mpi_thread_level()` reports the level MPI provides). Process sets need `multiple`.",
+        choices=THREAD_LEVELS,
+        note="**Why `multiple` by default.** Only one hvlite thread calls MPI at a time, so "
+        "`serialized` would be enough, and it is available. But measured on 2-core machines "
+        "with the MPICH wheel: at `serialized`, MPICH's busy-wait never yields the CPU, so a "
+        "job with more ranks than cores (every test run, many laptops) runs 100× slower (a 4 "
+        "KiB all-reduce at 8 ranks: 50 ms against 0.3 ms). And MPICH's own large all-reduce is "
+        "2–4× *slower* at `serialized` with its default settings (it switches to shared-memory "
+        "collectives with small cells). hvlite's algorithms run at the same bandwidth at both "
+        "levels; small messages cost about 2 µs more at `multiple`. If mpi4py was imported and "
+        "initialized MPI before `hvlite.init()`, its level stands. At `serialized`, do not call"
+        " MPI yourself while hvlite collectives are in flight (the coordinator thread may be "
+        "inside MPI at that moment); ask for `multiple` if your own code calls MPI from several"
+        " threads at once.")
+    local_size: int = _setting(
+        0, "HVLITE_LOCAL_SIZE",
+        "0: nodes are the ranks that share memory (`MPI_COMM_TYPE_SHARED`). K > 0: pretend "
+        "nodes of K consecutive ranks (tests, experiments).", unit="ranks")
+    segment_bytes: int = _setting(
+        256 << 10, "HVLITE_SEGMENT_BYTES",
+        "Receive segment the reduce steps pipeline through (two are kept, allocated once).",
+        unit="bytes")
+    check_agreement: bool = _setting(
+        True, "HVLITE_CHECK_AGREEMENT",
+        "Metadata check (a second small all-reduce) on the direct synchronous path to the "
+        "algorithms that benchmarks use; jobs agree through the coordinator instead.")
+    cycle_time_ms: float = _setting(
+        1.0, "HVLITE_CYCLE_TIME",
+        "Least time between negotiation rounds while work stays pending, so what is submitted "
+        "meanwhile fuses into the next round; an idle coordinator starts a round at once.",
+        unit="ms")
+    fusion_threshold: int = _setting(
+        64 << 20, "HVLITE_FUSION_THRESHOLD",
+        "Bytes per fused all-reduce; 0 turns fusion off.", unit="bytes")
+    fusion_tensor_limit: int = _setting(
+        256 << 10, "HVLITE_FUSION_TENSOR_LIMIT",
+        "Tensors of at least this many bytes are reduced alone, in their output (two copies "
+        "saved).", unit="bytes")
+    cache_capacity: int = _setting(
+        1024, "HVLITE_CACHE_CAPACITY",
+        "Response-cache slots: a name agreed before is agreed again with one bit; 0 turns the "
+        "cache off.", unit="slots")
+    stall_check_seconds: float = _setting(
+        60.0, "HVLITE_STALL_CHECK_TIME_SECONDS",
+        "Report collectives some rank has waited on this long, with the ranks that have not "
+        "submitted them (rank 0, stderr); 0 turns the check off, and so does "
+        "`HOROVOD_STALL_CHECK_DISABLE=1` when no check time is set.", unit="s")
+    stall_shutdown_seconds: float = _setting(
+        0.0, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",
+        "A stall this long fails every pending handle with `StallError` on every rank; 0: never.",
+        unit="s")
+    timeline: str = _setting(
+        "", "HVLITE_TIMELINE",
+        "Write a Chrome trace to this path from `init()` on ([timeline](timeline.md)).")
+    timeline_mark_cycles: bool = _setting(
+        False, "HVLITE_TIMELINE_MARK_CYCLES",
+        "Mark each negotiation round on the trace's coordinator row.")
+    timeline_all_ranks: bool = _setting(
+        False, "HVLITE_TIMELINE_ALL_RANKS",
+        "Every rank writes its own trace (rank r: `<name>.rank<r><ext>`), not only rank 0.")
+    log_level: str = _setting(
+        "warning", "HVLITE_LOG_LEVEL",
+        "`debug` prints the measured cost model and `auto`'s crossover sizes (rank 0, stderr).",
+        choices=LOG_LEVELS)
+    probe: bool = _setting(
+        True, "HVLITE_PROBE",
+        "Measure the cost model (ping-pongs, a reduction, a copy) at `init()` for `auto`; `0` "
+        "uses the `HVLITE_ALPHA_*`, `HVLITE_BETA_*` and `HVLITE_GAMMA` figures.")
+    autotune: bool = _setting(
+        False, "HVLITE_AUTOTUNE",
+        "Tune the fusion threshold and cycle time over the first steps, then freeze "
+        "([autotune](architecture.md#autotune)).")
+    autotune_log: str = _setting(
+        "", "HVLITE_AUTOTUNE_LOG", "CSV of every autotune trial (written by rank 0).")
+    dynamic_process_sets: bool = _setting(
+        False, "HVLITE_DYNAMIC_PROCESS_SETS",
+        "Allow `add_process_set` / `remove_process_set` after `init()`.")
+    ps_servers: int = _setting(
+        0, "HVLITE_PS_SERVERS",
+        "hvlite.ps: server ranks (the last S) when `ps.init()` gets no `servers=`; 0 means 1.",
+        unit="ranks")
+    ps_timeout: float = _setting(
+        300.0, "HVLITE_PS_TIMEOUT",
+        "hvlite.ps: how long a rank waits for a peer before failing; 0 waits forever.", unit="s")
+    alpha_intra: float = _setting(
+        2e-6, "HVLITE_ALPHA_INTRA", "Cost model when not probed: time per message within a node.",
+        unit="s")
+    beta_intra: float = _setting(
+        1 / 4e9, "HVLITE_BETA_INTRA", "Cost model: time per byte sent within a node.",
+        unit="s/byte")
+    alpha_inter: float = _setting(
+        10e-6, "HVLITE_ALPHA_INTER", "Cost model: time per message between nodes.", unit="s")
+    beta_inter: float = _setting(
+        1 / 1.2e9, "HVLITE_BETA_INTER", "Cost model: time per byte sent between nodes.",
+        unit="s/byte")
+    gamma: float = _setting(
+        1 / 6e9, "HVLITE_GAMMA", "Cost model: time per byte reduced.", unit="s/byte")
+    alpha_shm: float = _setting(
+        1e-6, "HVLITE_ALPHA_SHM", "Cost model: time per flag barrier in the shared segment.",
+        unit="s")
+    beta_mem: float = _setting(
+        1 / 10e9, "HVLITE_BETA_MEM", "Cost model: time per byte copied.", unit="s/byte")
+    shm: bool = _setting(
+        True, "HVLITE_SHM",
+        "Map a shared-memory segment per node (algorithm `shm`, hierarchical's node stages, "
+        "zero-copy fusion); `0` turns it off.")
+    shm_segment_bytes: int = _setting(
+        1 << 20, "HVLITE_SHM_SEGMENT_BYTES",
+        "Per-rank slot of the shared segment: the pipeline segment of the shm all-reduce; "
+        "larger buffers go through in segments (tuned by measurement, see "
+        "[benchmarks](benchmarks.md#shared-memory-tuning)).", unit="bytes")
+    shm_redundant_bytes: int = _setting(
+        -1, "HVLITE_SHM_REDUNDANT_BYTES",
+        "Up to this many bytes per segment every rank reduces all slots (one barrier) instead "
+        "of its slice (two); -1: 256 KiB on nodes of 2 ranks, 16 KiB on larger ones (measured).",
+        unit="bytes")
+    cuda_aware: str = _setting(
+        "auto", "HVLITE_CUDA_AWARE",
+        "Hand device arrays straight to MPI? `auto` asks the library "
+        "(`MPIX_Query_cuda_support`); a boolean overrides it (1 on a library that is not "
+        "CUDA-aware makes MPI read device memory as host memory: a crash).",
+        accepts="`auto` or a boolean")
+    cuda_chunk_bytes: int = _setting(
+        4 << 20, "HVLITE_CUDA_CHUNK_BYTES",
+        "Host staging of device buffers: bytes per chunk (two pinned slots).", unit="bytes")
 
     def cost_model(self):
         return {"alpha_intra": self.alpha_intra, "beta_intra": self.beta_intra,
@@ -211,3 +314,104 @@ def load(env=None):
             _bool(env, "HOROVOD_STALL_CHECK_DISABLE", False):
         settings = dataclasses.replace(settings, stall_check_seconds=0.0)
     return settings
+
+
+# Variables read outside Settings (not at init()): (name, read by, meaning).
+OTHER_VARIABLES = (
+    ("HVLITE_MPIEXEC", "`hvliterun`, the tests",
+     "The mpiexec to run (`hvliterun --mpiexec` wins); default: the one next to the Python "
+     "running, else the first on `PATH`."),
+    ("HVLITE_BUILD_JOBS", "`setup.py`", "Parallel compile jobs for the core's extensions."),
+    ("HVLITE_SANITIZE", "`setup.py`",
+     "`1`: build the core with AddressSanitizer and UBSan (`make test-asan` sets it)."),
+)
+
+_INTRO = """\
+Every setting is read once, at `init()`, into one typed, frozen object
+(`hvlite.config.Settings`). A bad value raises `ConfigError` naming the variable and what it
+accepts; nothing is silently ignored. Booleans are written `1`/`0`, `true`/`false`, `yes`/`no`
+or `on`/`off`. Where Horovod has a variable with the same meaning, it is accepted too, so a
+Horovod job's settings carry over; where both are set, the `HVLITE_` one wins. `hvliterun`
+options set these variables on every rank ([launching jobs](../README.md#hvliterun))."""
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _amount(value, unit):
+    """A default as the page shows it: the value, and a readable size or rate beside it."""
+    if isinstance(value, bool):
+        return f"`{int(value)}`"
+    if isinstance(value, str):
+        return f"`{value}`" if value else "(unset)"
+    if isinstance(value, int):
+        if unit == "bytes" and value >= 1024 and value % 1024 == 0:
+            size, suffix = value >> 10, "KiB"
+            if size % 1024 == 0:
+                size, suffix = size >> 10, "MiB"
+            return f"{value} ({size} {suffix})"
+        return str(value)
+    shown = f"{value:.4g}"
+    if unit == "s/byte":
+        return f"{shown} ({1 / value / 1e9:.3g} GB/s)"
+    if unit == "s" and value and value < 1e-3:
+        return f"{shown} ({value * 1e6:.3g} µs)"
+    return shown
+
+
+def _kind(f):
+    meta = f.metadata
+    if "choices" in meta:
+        return "one of " + ", ".join(f"`{c}`" for c in meta["choices"])
+    if "accepts" in meta:
+        return meta["accepts"]
+    name = f.type if isinstance(f.type, str) else f.type.__name__
+    return f"{name}, {meta['unit']}" if "unit" in meta else name
+
+
+def undocumented():
+    """Names of the Settings fields that lack a variable or a doc (the docs test wants none)."""
+    return [f.name for f in dataclasses.fields(Settings)
+            if not f.metadata.get("env") or not f.metadata.get("doc")]
+
+
+def markdown():
+    """docs/configuration.md: every setting's variable (and Horovod alias), type, default and
+    meaning, from the Settings fields. `python -m hvlite.config > docs/configuration.md`."""
+    missing = undocumented()
+    if missing:
+        raise ValueError(f"Settings fields without env/doc metadata: {', '.join(missing)}")
+    fields = dataclasses.fields(Settings)
+    out = ["# Configuration", "",
+           "<!-- Generated from hvlite/config.py by `python -m hvlite.config > "
+           "docs/configuration.md`; edit the Settings fields there, not this file. -->", "",
+           _INTRO, "", "## Settings", "",
+           "| variable | type | default | meaning |", "|---|---|---|---|"]
+    for f in fields:
+        env = f.metadata["env"]
+        name = f"`{env}`"
+        if env in ALIASES:
+            name += f"<br>Horovod: `{ALIASES[env]}`"
+        default = _amount(f.default, f.metadata.get("unit"))
+        meaning = _cell(f.metadata["doc"])
+        out.append(f"| {name} | {_cell(_kind(f))} | {_cell(default)} | {meaning} |")
+    notes = [f for f in fields if f.metadata.get("note")]
+    if notes:
+        out += ["", "## Notes"]
+        for f in notes:
+            out += ["", f"### `{f.metadata['env']}`", "", f.metadata["note"]]
+    out += ["", "## Horovod's variables", "",
+            "Accepted under Horovod's names: " +
+            ", ".join(f"`{alias}`" for alias in ALIASES.values()) +
+            ", and `HOROVOD_STALL_CHECK_DISABLE`."]
+    out += ["", "## Read outside the settings", "",
+            "| variable | read by | meaning |", "|---|---|---|"]
+    out += [f"| `{name}` | {_cell(where)} | {_cell(doc)} |" for name, where, doc in OTHER_VARIABLES]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    from hvlite import config as _canonical    # the package's copy, not runpy's second one
+    sys.stdout.write(_canonical.markdown())
