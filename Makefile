@@ -50,12 +50,12 @@ ASAN_DIR  := build/asan
 ASAN_ENV  := LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) \
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
              UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ASAN_TESTS ?= 'tests/test_work.py' 'tests/test_coordinator.py::test_coordinator[2]' \
-    'tests/test_coordinator.py::test_coordinator[3]' 'tests/test_coordinator.py::test_stall_check_and_shutdown' \
-    'tests/test_collectives.py::test_allreduce_matrix[2]' 'tests/test_collectives.py::test_allreduce_matrix[3]' \
-    'tests/test_collectives.py::test_shm_segments[3-0]' 'tests/test_collectives.py::test_errors[2]' \
-    'tests/test_process_sets.py::test_process_sets[3]' 'tests/test_torch.py::test_torch_collectives[2]' \
-    'tests/test_torch.py::test_torch_process_sets_and_compression[2]'
+ASAN_TESTS ?= 'tests/test_work.py' 'tests/_core/test_coordinator.py::test_coordinator[2]' \
+    'tests/_core/test_coordinator.py::test_coordinator[3]' 'tests/_core/test_coordinator.py::test_stall_check_and_shutdown' \
+    'tests/_core/test_algorithms.py::test_allreduce_matrix[2]' 'tests/_core/test_algorithms.py::test_allreduce_matrix[3]' \
+    'tests/_core/test_algorithms.py::test_shm_segments[3-0]' 'tests/test_collectives.py::test_errors[2]' \
+    'tests/test_process_sets.py::test_process_sets[3]' 'tests/torch/test_torch.py::test_torch_collectives[2]' \
+    'tests/torch/test_torch.py::test_torch_process_sets_and_compression[2]'
 
 test-asan: install
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)

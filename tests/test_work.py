@@ -88,5 +88,5 @@ def test_code_tables_are_declared_once():
 @pytest.mark.parametrize("n", [2, 3])
 def test_runtime_owns_in_flight_buffers(mpirun, n):
     """10,000 dropped handles of every collective, aborted steps, orphaned names, re-init."""
-    out = mpirun(n, "tests/mpi/mpi_ownership.py", "-s", timeout=600)
+    out = mpirun(n, "tests/mpi_ownership.py", "-s", timeout=600)
     assert f"dropped {os.environ.get('HVLITE_TEST_DROPS', '10000')} handles" in out

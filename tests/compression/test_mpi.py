@@ -1,7 +1,7 @@
-"""hvlite.compression under mpiexec: see tests/mpi/mpi_compression.py."""
+"""hvlite.compression under mpiexec: see tests/compression/mpi_compression.py."""
 import pytest
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_compression(mpirun, n):
-    mpirun(n, "tests/mpi/mpi_compression.py", timeout=180)
+    mpirun(n, "tests/compression/mpi_compression.py", timeout=180)

@@ -4,7 +4,7 @@ import pytest
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_optim(mpirun, n):
-    mpirun(n, "tests/mpi/mpi_optim.py")
+    mpirun(n, "tests/optim/mpi_optim.py")
 
 
 def test_digits_example_trains(mpirun, tmp_path):
@@ -18,4 +18,4 @@ def test_digits_example_trains(mpirun, tmp_path):
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_adapter(mpirun, n):
     pytest.importorskip("torch")
-    mpirun(n, "tests/mpi/mpi_torch.py")
+    mpirun(n, "tests/torch/mpi_torch_optimizer.py")

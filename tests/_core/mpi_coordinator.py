@@ -2,7 +2,7 @@
 cache, every collective against NumPy, join, errors on every rank, shutdown, idle CPU.
 
 Runs under several HVLITE_FUSION_THRESHOLD / HVLITE_CACHE_CAPACITY settings (see
-tests/test_coordinator.py); rank 0 prints a digest of every result so runs can be compared.
+tests/_core/test_coordinator.py); rank 0 prints a digest of every result so runs can be compared.
 """
 import hashlib
 import time

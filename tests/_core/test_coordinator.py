@@ -15,7 +15,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_coordinator(mpirun, n):
-    mpirun(n, "tests/mpi/mpi_coordinator.py", timeout=240)
+    mpirun(n, "tests/_core/mpi_coordinator.py", timeout=240)
 
 
 def _digest(out):
@@ -25,13 +25,13 @@ def _digest(out):
 
 
 def test_fusion_and_cache_settings_give_identical_results(mpirun):
-    digests = {name: _digest(mpirun(3, "tests/mpi/mpi_coordinator.py", "-s", env=env, timeout=240))
+    digests = {name: _digest(mpirun(3, "tests/_core/mpi_coordinator.py", "-s", env=env, timeout=240))
                for name, env in VARIANTS.items()}
     assert len(set(digests.values())) == 1, digests
 
 
 def test_stall_check_and_shutdown(mpirun):
-    out = mpirun(2, "tests/mpi/mpi_stall.py", "-s", timeout=120,
+    out = mpirun(2, "tests/_core/mpi_stall.py", "-s", timeout=120,
                  env={"HVLITE_STALL_CHECK_TIME_SECONDS": "1",
                       "HVLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"})
     assert "hvlite: stall:" in out and "ranks that have not submitted it" in out

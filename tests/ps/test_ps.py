@@ -14,7 +14,7 @@ from hvlite.ps import check_settings
 
 @pytest.mark.parametrize("n, servers", [(2, 1), (3, 1), (4, 2)])
 def test_ps(mpirun, n, servers):
-    mpirun(n, "tests/mpi/mpi_ps.py", env={"PS_TEST_SERVERS": str(servers)}, timeout=120)
+    mpirun(n, "tests/ps/mpi_ps.py", env={"PS_TEST_SERVERS": str(servers)}, timeout=120)
 
 
 @pytest.mark.parametrize("how, words", [
@@ -24,7 +24,7 @@ def test_ps(mpirun, n, servers):
 ])
 def test_a_failing_rank_ends_every_rank(mpirun, how, words):
     with pytest.raises(pytest.fail.Exception) as info:
-        mpirun(4, "tests/mpi/ps_fail.py", how, pytest_module=False, timeout=60)
+        mpirun(4, "tests/ps/ps_fail.py", how, pytest_module=False, timeout=60)
     out = str(info.value)
     assert "exited" in out and "hung" not in out, out     # it failed, and not by the timeout
     assert "finished normally" not in out, out
@@ -96,7 +96,7 @@ def test_digits_transient_stragglers_are_the_same_schedule_in_every_mode(mpirun,
 
 def test_digits_persistent_straggler_is_one_worker_every_step():
     spec = importlib.util.spec_from_file_location("train_digits", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_digits.py"))
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "train_digits.py"))
     digits = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(digits)
     args = SimpleNamespace(straggler="persistent", slow_rank=1, slow_factor=1.5, straggle_prob=0.9,

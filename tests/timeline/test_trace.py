@@ -9,13 +9,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_trace_of_a_job(mpirun, tmp_path):
-    mpirun(3, "tests/mpi/mpi_timeline.py", env={"TRACE_PATH": str(tmp_path / "trace.json")})
+    mpirun(3, "tests/timeline/mpi_timeline.py", env={"TRACE_PATH": str(tmp_path / "trace.json")})
     assert (tmp_path / "trace.rank2.json").exists()
 
 
 def test_killed_writer_leaves_a_loadable_file(tmp_path):
     path = tmp_path / "killed.json"
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "timeline", "killed_writer.py"), str(path)],
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "killed_writer.py"), str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == -9, proc.stderr
     assert not path.read_text().rstrip().endswith("]")

@@ -4,7 +4,7 @@ stand-ins for device arrays (tests/gpu/host_backend.py), with inputs written lat
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "gpu"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # host_backend beside it
 import numpy as np  # noqa: E402
 
 import hvlite as hvd  # noqa: E402

@@ -5,13 +5,13 @@ import pytest
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_collectives(mpirun, n):
     pytest.importorskip("torch")
-    mpirun(n, "tests/mpi/mpi_torch_ops.py", timeout=240)
+    mpirun(n, "tests/torch/mpi_torch_ops.py", timeout=240)
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_training(mpirun, n):
     pytest.importorskip("torch")
-    mpirun(n, "tests/mpi/mpi_torch_train.py", timeout=240)
+    mpirun(n, "tests/torch/mpi_torch_train.py", timeout=240)
 
 
 def test_horovod_script_runs_with_only_the_import_changed(mpirun):
@@ -35,4 +35,4 @@ def test_horovod_script_runs_with_only_the_import_changed(mpirun):
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_process_sets_and_compression(mpirun, n):
     pytest.importorskip("torch")
-    mpirun(n, "tests/mpi/mpi_torch_psets.py", timeout=120)
+    mpirun(n, "tests/torch/mpi_torch_psets.py", timeout=120)
