@@ -24,7 +24,7 @@ CODES = code_of = supported_names = _exception = _DONE = None
 def _bind_core():
     global CODES, code_of, supported_names, _exception, _DONE
     from hvlite._core.dtypes import code_of as c, supported_names as s
-    from hvlite._core.select import ALGORITHMS
+    from hvlite._core.cost_model import ALGORITHMS
     from hvlite._core import codes
     CODES, code_of, supported_names = ALGORITHMS, c, s
     _exception, _DONE = codes.exception, codes.DONE

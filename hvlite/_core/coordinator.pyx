@@ -9,7 +9,7 @@ variable until work is submitted, so idle processes use no CPU):
   3. if a rank has cache misses, is stopping, or reports a stall: Gatherv of the misses to
      rank 0, which answers for all in one Bcast (negotiate.pyx);
   4. run the ready list -- cached slots in slot order, then rank 0's answers -- the same on
-     every rank: all-reduces fused (fusion.pyx), the rest through operations.pyx;
+     every rank: all-reduces fused (fusion.pyx), the rest through mpi_collectives.pyx;
   5. complete handles.
 While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
 meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
@@ -33,10 +33,10 @@ from hvlite._core.dispatch cimport Context, context_init, context_free
 from hvlite._core.cache cimport *
 from hvlite._core.negotiate cimport *
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
-from hvlite._core.operations cimport *
+from hvlite._core.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
 from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
-from hvlite._core.handles cimport Pending, make_pending
+from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 
