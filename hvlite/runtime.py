@@ -41,7 +41,7 @@ class Runtime:
     def __init__(self, comm, settings):
         self.settings = settings
         MPI = self.MPI = _mpi(settings.mpi_thread_level)
-        from hvlite._core.engine import Engine
+        from hvlite._core.direct import Engine
 
         base = MPI.COMM_WORLD if comm is None else comm
         self.comm = base.Dup()
@@ -146,7 +146,7 @@ def measure_cost_model(comm, local, cross, defaults):
 
 
 def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
-    from hvlite._core.select import crossovers
+    from hvlite._core.cost_model import crossovers
     m = model
     print(f"hvlite: cost model: within a node alpha {m['alpha_intra'] * 1e6:.2f} us, "
           f"{1 / m['beta_intra'] / 1e9:.2f} GB/s; across nodes alpha {m['alpha_inter'] * 1e6:.2f} us, "

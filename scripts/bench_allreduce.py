@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.select import ALGORITHMS
+from hvlite._core.cost_model import ALGORITHMS
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

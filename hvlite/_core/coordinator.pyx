@@ -4,12 +4,12 @@ queued collective, the only thread that calls MPI for queued work, never holding
 A round, on every rank, whenever it has work pending (an idle coordinator sleeps on a condition
 variable until work is submitted, so idle processes use no CPU):
   1. drain the queue; each request is a cache hit (its slot's bit) or a miss (to send rank 0);
-  2. one MPI_Iallreduce(BAND) of [ready bits | still-valid bits | flags], polled with a
-     spin -> yield -> sleep backoff so waiting for a late rank does not burn a core;
-  3. if a rank has cache misses, is stopping, or reports a stall: Gatherv of the misses to
-     rank 0, which answers for all in one Bcast (negotiate.pyx);
+  2. one all-reduce (BAND) of [ready bits | still-valid bits | flags] (transport.pyx);
+  3. if a rank has cache misses, is stopping, or reports a stall (stall.pyx): a gather of the
+     misses to rank 0, whose controller (controller.pyx) answers for all in one broadcast;
+     the bytes both ways are wire.pyx's;
   4. run the ready list -- cached slots in slot order, then rank 0's answers -- the same on
-     every rank: all-reduces fused (fusion.pyx), the rest through operations.pyx;
+     every rank: all-reduces fused (fusion.pyx), the rest through mpi_collectives.pyx;
   5. complete handles.
 While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
 meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
@@ -31,26 +31,21 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.codes cimport OP_AVERAGE
 from hvlite._core.dispatch cimport Context, context_init, context_free
 from hvlite._core.cache cimport *
-from hvlite._core.negotiate cimport *
+from hvlite._core.wire cimport *
+from hvlite._core.table cimport Table
+from hvlite._core.controller cimport table_init, controller_respond
+from hvlite._core.stall cimport Stall, stall_init, stall_due
+from hvlite._core.transport cimport transport_agree, transport_gather, transport_bcast
+from hvlite._core.describe cimport int_to_str
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
-from hvlite._core.operations cimport *
+from hvlite._core.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
 from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
-from hvlite._core.handles cimport Pending, make_pending
+from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 
 cnp.import_array()
-
-cdef enum:
-    FLAG_NO_MISSES = 1
-    FLAG_NOT_STOPPING = 2
-    FLAG_NO_STALL = 4
-    FLAG_ALL_JOINED = 8
-    FLAG_NO_TUNE = 16        # rank 0 clears it to publish a new autotune setting
-    SLOW_FLAGS = 1 | 2 | 4 | 16
-
-
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter, Compare](Iter first, Iter last, Compare comp)
@@ -79,8 +74,8 @@ cdef class Coordinator:
     cdef bint joined
     cdef int njoined
     cdef int64_t clock
-    cdef double last_stall
-    cdef double cycle_time, stall_check, stall_shutdown
+    cdef Stall stall
+    cdef double cycle_time
     # statistics
     cdef readonly int64_t rounds, slow_rounds
     cdef readonly double negotiate_seconds
@@ -109,8 +104,8 @@ cdef class Coordinator:
         self.fusion.tensor_limit = fusion_tensor_limit
         cache_init(&self.cache, cache_capacity)
         table_init(&self.table, self.ctx.size)
-        self.cycle_time, self.stall_check, self.stall_shutdown = cycle_time, stall_check, stall_shutdown
-        self.last_stall = hv_now()
+        self.cycle_time = cycle_time
+        stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
         self.live = []
         self.since_sweep = 0
 
@@ -330,91 +325,96 @@ cdef class Coordinator:
             req.sent = False
             self.pending[req.name] = req
 
-    cdef int _wait(self, MPI_Request* r) noexcept nogil:
-        """MPI_Test until done: spin, then yield, then sleep up to 1 ms between tests."""
-        cdef int flag = 0, err
-        cdef hv_backoff b
-        hv_backoff_init(&b)
-        while True:
-            err = MPI_Test(r, &flag, MPI_STATUS_IGNORE)
-            if err or flag:
-                return err
-            hv_backoff_step(&b)
-
     cdef int _round(self, bint stopping) noexcept nogil:
         """One negotiation round; returns 1 when the coordinator must stop."""
-        cdef int W = (self.cache.capacity + 63) // 64, s, err
+        cdef int W = (self.cache.capacity + 63) // 64, err, finish = 0
         cdef vector[uint64_t] bits
-        cdef bint misses = False, stall = False
-        cdef double now = hv_now(), oldest = now, t0 = now
-        cdef MPI_Request mreq
-        cdef Request* req
         cdef vector[Item] items
-        cdef Item item
-        cdef TEvent cyc
-        cdef size_t k
-        cdef double nbytes
-        bits.assign(2 * W + 1, 0)
-        for s in range(W, 2 * W):
-            bits[s] = ~(<uint64_t>0)
-        for kv in self.pending:
-            req = kv.second
-            if req.slot >= 0:
-                bits[req.slot // 64] |= (<uint64_t>1) << (req.slot % 64)
-            elif not req.sent:
-                misses = True
-            if req.meta.collective != C_JOIN and req.submitted < oldest:
-                oldest = req.submitted
-        for s in self.invalid_slots:
-            bits[W + s // 64] &= ~((<uint64_t>1) << (s % 64))
-        self.invalid_slots.clear()
-        if self.joined:
-            for s in range(W):
-                bits[s] = ~(<uint64_t>0)
-        if self.stall_check > 0 and now - oldest >= self.stall_check and now - self.last_stall >= self.stall_check:
-            stall = True
-            self.last_stall = now
-        bits[2 * W] = ((0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
-                       (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
-                       (0 if self.tune.publish else FLAG_NO_TUNE))
+        cdef double t0 = hv_now(), t1, ready
+        cdef long contributors
+        cdef uint64_t flags
+        self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
-        err = MPI_Iallreduce(MPI_IN_PLACE, bits.data(), 2 * W + 1, MPI_UINT64_T, MPI_BAND,
-                             self.ctx.comm, &mreq)
-        if not err:
-            err = self._wait(&mreq)
-        cdef double t1 = hv_now()
+        err = transport_agree(self.ctx.comm, bits)
+        t1 = hv_now()
         if err:
             self._die(E_MPI, b"negotiation failed: ", err)
             return 1
         self.clock += 1
         self.rounds += 1
-        # Slots some rank found stale: dropped everywhere; their requests go to rank 0 again.
+        flags = bits_flags(bits, W)
+        self._cached(bits, W, not (flags & FLAG_ALL_JOINED), items)
+        contributors = self.ctx.size - self.njoined
+        self.own_seconds += hv_now() - t1
+        if (flags & SLOW_FLAGS) != SLOW_FLAGS:
+            finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL),
+                                &contributors)
+        ready = hv_now()
+        self.negotiate_seconds += ready - t0
+        self._run_ready(items, contributors, finish != 2, t0, ready)
+        if finish:
+            self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
+            return 1
+        return 0
+
+    cdef void _vote(self, vector[uint64_t]& bits, int W, bint stopping, double now) noexcept nogil:
+        """This rank's part of the round's all-reduce: its ready slots, the slots it found stale,
+        and its flags (misses, stopping, stall report wanted, joined, autotune)."""
+        cdef bint misses = False, stall
+        cdef double oldest = now
+        cdef Request* req
+        cdef int s
+        bits_reset(bits, W)
+        for kv in self.pending:
+            req = kv.second
+            if req.slot >= 0:
+                bits_mark_ready(bits, req.slot)
+            elif not req.sent:
+                misses = True
+            if req.meta.collective != C_JOIN and req.submitted < oldest:
+                oldest = req.submitted
+        for s in self.invalid_slots:
+            bits_mark_stale(bits, W, s)
+        self.invalid_slots.clear()
+        if self.joined:
+            bits_all_ready(bits, W)
+        stall = stall_due(&self.stall, now, oldest)
+        bits_set_flags(bits, W, (0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
+                       (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
+                       (0 if self.tune.publish else FLAG_NO_TUNE))
+
+    cdef void _cached(self, vector[uint64_t]& bits, int W, bint run, vector[Item]& items) noexcept nogil:
+        """Apply the agreed bits: slots some rank found stale are dropped everywhere (their
+        requests go to rank 0 again); unless every rank has joined, slots ready everywhere
+        become this round's first items, in slot order."""
+        cdef int s
+        cdef Item item
         for s in range(self.cache.capacity):
-            if not (bits[W + s // 64] >> (s % 64)) & 1 and not self.cache.names[s].empty():
+            if not bits_valid(bits, W, s) and not self.cache.names[s].empty():
                 self._unslot(s)
                 cache_evict(&self.cache, s)
-        if not (bits[2 * W] & FLAG_ALL_JOINED):
-            for s in range(self.cache.capacity):
-                if (bits[s // 64] >> (s % 64)) & 1 and not self.cache.names[s].empty():
-                    it = self.pending.find(self.cache.names[s])
-                    if it == self.pending.end() and not self.joined:
-                        continue
-                    item.name = self.cache.names[s]
-                    item.meta = self.cache.metas[s]
-                    item.req = deref(it).second if it != self.pending.end() else NULL
-                    item.value = -1
-                    item.late.clear()
-                    item.err = 0
-                    items.push_back(item)
-                    self.cache.last_used[s] = self.clock
-        cdef int finish = 0
-        cdef long contributors = self.ctx.size - self.njoined
-        self.own_seconds += hv_now() - t1
-        if (bits[2 * W] & SLOW_FLAGS) != SLOW_FLAGS:
-            finish = self._slow(items, not (bits[2 * W] & FLAG_NOT_STOPPING),
-                                not (bits[2 * W] & FLAG_NO_STALL), &contributors)
-        cdef double ready = hv_now()
-        self.negotiate_seconds += ready - t0
+        if not run:
+            return
+        for s in range(self.cache.capacity):
+            if bits_ready(bits, s) and not self.cache.names[s].empty():
+                it = self.pending.find(self.cache.names[s])
+                if it == self.pending.end() and not self.joined:
+                    continue
+                item.name = self.cache.names[s]
+                item.meta = self.cache.metas[s]
+                item.req = deref(it).second if it != self.pending.end() else NULL
+                item.value = -1
+                item.late.clear()
+                item.err = 0
+                items.push_back(item)
+                self.cache.last_used[s] = self.clock
+
+    cdef void _run_ready(self, vector[Item]& items, long contributors, bint run, double t0,
+                         double ready) noexcept nogil:
+        """Execute the round's items (unless a fatal stall stops everything) and feed autotune."""
+        cdef TEvent cyc
+        cdef size_t k
+        cdef double nbytes = 0
         for k in range(items.size()):
             items[k].ready = ready
             items[k].fused = 1
@@ -422,18 +422,14 @@ cdef class Coordinator:
             cyc.kind = K_CYCLE
             cyc.start = t0
             rec_push(&self.rec, cyc)
-        if finish != 2:
-            self._execute(items, contributors)
-            if self.tune.on and self.ctx.rank == 0:
-                nbytes = 0
-                for k in range(items.size()):
-                    if items[k].meta.collective == C_ALLREDUCE:
-                        nbytes += item_count(items[k].meta) * dtype_size(items[k].meta.dtype)
-                tune_round(&self.tune, nbytes)
-        if finish:
-            self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
-            return 1
-        return 0
+        if not run:
+            return
+        self._execute(items, contributors)
+        if self.tune.on and self.ctx.rank == 0:
+            for k in range(items.size()):
+                if items[k].meta.collective == C_ALLREDUCE:
+                    nbytes += item_count(items[k].meta) * dtype_size(items[k].meta.dtype)
+            tune_round(&self.tune, nbytes)
 
     cdef void _unslot(self, int s) noexcept nogil:
         it = self.pending.find(self.cache.names[s])
@@ -445,132 +441,115 @@ cdef class Coordinator:
         """Misses to rank 0 and its answers back. Returns 0, 1 (stop after this round's work)
         or 2 (fatal stall: stop now)."""
         cdef string payload, resp
-        cdef Request* req
-        cdef int n = self.ctx.size, r, err, total = 0
-        cdef int64_t i, count, len64, status, slot, nstop
-        cdef double now = hv_now()
-        cdef vector[int] lens, displs
         cdef vector[char] gathered
-        cdef vector[string] payloads
-        cdef Reader rd
-        cdef Item item
-        cdef string msg, stoppers, tail
-        cdef int64_t tail_len, tune_threshold, tune_cycle
+        cdef vector[Span] spans
+        cdef double now = hv_now()
+        cdef int err
         self.slow_rounds += 1
-        hv_lock(&self.qmon)
-        put_i64(payload, 1 if self.stop_requested else 0)
-        hv_unlock(&self.qmon)
-        put_i64(payload, 1 if self.joined else 0)
-        # Misses go out in submission order: rank 0 numbers names by first arrival, and that
-        # order becomes the execution order (and cache-slot order) on every rank.
+        self._submission(payload, stall, now)
+        err = transport_gather(self.ctx.comm, self.ctx.rank, self.ctx.size, payload, gathered, spans)
+        if not err and self.ctx.rank == 0:
+            resp = controller_respond(&self.table, &self.cache, spans, now, self.clock, &self.stall)
+            self._tune_tail(resp)
+        if not err:
+            err = transport_bcast(self.ctx.comm, self.ctx.rank, resp)
+        if err:
+            self._die(E_MPI, b"negotiation failed: ", err)
+            return 2
+        return self._apply(resp, items, stopping, contributors)
+
+    cdef void _submission(self, string& payload, bint stall, double now) noexcept nogil:
+        """This rank's message to rank 0: its misses in submission order (rank 0 numbers names by
+        first arrival, and that order becomes the execution and cache-slot order on every rank),
+        then, when a stall report was asked for, a probe per name it waits on."""
+        cdef Request* req
         cdef vector[Request*] misses
+        cdef bint stopping
+        hv_lock(&self.qmon)
+        stopping = self.stop_requested
+        hv_unlock(&self.qmon)
+        put_submission(payload, stopping, self.joined)
         for kv in self.pending:
             req = kv.second
             if req.slot < 0 and not req.sent:
                 misses.push_back(req)
         sort(misses.begin(), misses.end(), _submitted_before)
         for req in misses:
-            put_i64(payload, REC_SUBMIT)
-            put_str(payload, req.name)
-            put_meta(payload, req.meta)
-            put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
+            put_record(payload, REC_SUBMIT, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))
             req.sent = True
+        if not stall:
+            return
         for kv in self.pending:
             req = kv.second
-            if stall and req.meta.collective != C_JOIN:
-                put_i64(payload, REC_PROBE)
-                put_str(payload, req.name)
-                put_meta(payload, req.meta)
-                put_i64(payload, <int64_t>((now - req.submitted) * 1e6))
-        r = <int>payload.size()
-        lens.resize(n)
-        displs.resize(n)
-        err = MPI_Gather(&r, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, self.ctx.comm)
-        if not err and self.ctx.rank == 0:
-            for r in range(n):
-                displs[r] = total
-                total += lens[r]
-            gathered.resize(total + 1)
-        if not err:
-            err = MPI_Gatherv(payload.data(), <int>payload.size(), MPI_BYTE, gathered.data(),
-                              lens.data(), displs.data(), MPI_BYTE, 0, self.ctx.comm)
-        if not err and self.ctx.rank == 0:
-            for r in range(n):
-                payloads.push_back(string(gathered.data() + displs[r], <size_t>lens[r]))
-            resp = rank0_respond(&self.table, &self.cache, payloads, n, now, self.stall_check,
-                                 self.stall_shutdown, self.clock)
-            if self.tune.publish:
-                put_i64(tail, 1)
-                put_i64(tail, <int64_t>self.tune.thresholds[self.tune.trial])
-                put_i64(tail, <int64_t>(self.tune.cycles[self.tune.trial] * 1e9))
-                self.tune.publish = False
-            else:
-                put_i64(tail, 0)
-            put_i64(resp, <int64_t>tail.size())
-            resp.append(tail)
-        len64 = <int64_t>resp.size()
-        if not err:
-            err = MPI_Bcast(&len64, 1, MPI_INT64_T, 0, self.ctx.comm)
-        if not err and self.ctx.rank != 0:
-            resp.resize(<size_t>len64)
-        if not err:
-            err = MPI_Bcast(resp.data(), <int>len64, MPI_BYTE, 0, self.ctx.comm)
-        if err:
-            self._die(E_MPI, b"negotiation failed: ", err)
-            return 2
-        rd.p = resp.data()
-        rd.n = resp.size()
-        rd.off = 0
-        nstop = get_i64(&rd)
-        for i in range(nstop):
-            if i:
-                stoppers.append(b", ")
-            stoppers.append(int_to_str(get_i64(&rd)))
-        cdef int64_t fatal = get_i64(&rd)
-        cdef string fatal_msg = get_str(&rd)
-        self.njoined = <int>get_i64(&rd)
-        contributors[0] = self.ctx.size - <int>get_i64(&rd)
-        count = get_i64(&rd)
-        for i in range(count):
-            item.name = get_str(&rd)
-            status = get_i64(&rd)
-            slot = get_i64(&rd)
-            get_meta(&rd, &item.meta)
-            msg = get_str(&rd)
-            item.value = get_i64(&rd)
-            item.late = get_str(&rd)
-            item.err = 0
-            it = self.pending.find(item.name)
-            item.req = deref(it).second if it != self.pending.end() else NULL
-            if slot >= 0 and self.ctx.rank != 0:
-                cache_put(&self.cache, <int>slot, item.name, item.meta)
-            if status != RESP_OK:
-                if item.req != NULL:
-                    self._complete(item.req, ST_ERROR, E_MISMATCH, msg, 0)
-                continue
-            if item.meta.collective == C_JOIN:
-                self.joined = False
-            items.push_back(item)
-        tail_len = get_i64(&rd)
-        if tail_len > 0 and get_i64(&rd) == 1:       # an autotune setting from rank 0
-            tune_threshold = get_i64(&rd)
-            tune_cycle = get_i64(&rd)
-            self._tune_apply(tune_threshold, tune_cycle)
+            if req.meta.collective != C_JOIN:
+                put_record(payload, REC_PROBE, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))
+
+    cdef void _tune_tail(self, string& resp) noexcept nogil:
+        """Rank 0: the autotune setting to publish with this response, if any."""
+        cdef Tune t
+        t.publish = self.tune.publish
+        if t.publish:
+            t.threshold = <int64_t>self.tune.thresholds[self.tune.trial]
+            t.cycle_ns = <int64_t>(self.tune.cycles[self.tune.trial] * 1e9)
+            self.tune.publish = False
+        put_tune(resp, t)
+
+    cdef int _apply(self, string& resp, vector[Item]& items, bint stopping, long* contributors) noexcept nogil:
+        """Every rank: act on rank 0's response (same return codes as _slow)."""
+        cdef Reader rd
+        cdef Head h
+        cdef Answer a
+        cdef Tune tune
+        cdef int64_t i
+        cdef Request* req
+        reader_init(&rd, resp.data(), resp.size())
+        get_head(&rd, &h)
+        self.njoined = <int>h.joined_after
+        contributors[0] = self.ctx.size - <int>h.joined_now
+        for i in range(h.count):
+            get_answer(&rd, &a)
+            self._take(a, items)
+        get_tune(&rd, &tune)
+        if tune.publish:
+            self._tune_apply(tune.threshold, tune.cycle_ns)
         # requests whose slot was just handed to another name go back to rank 0
         for kv in self.pending:
             req = kv.second
             if req.slot >= 0 and self.cache.names[req.slot] != req.name:
                 req.slot = -1
                 req.sent = False
-        if fatal:
-            self.dead_reason = fatal_msg
+        if h.fatal:
+            self.dead_reason = h.fatal_msg
             return 2
         if stopping:
             self.dead_reason = string(b"hvlite was shut down (shutdown() on rank ")
-            self.dead_reason.append(stoppers)
+            for i in range(<int64_t>h.stopping.size()):
+                if i:
+                    self.dead_reason.append(b", ")
+                self.dead_reason.append(int_to_str(h.stopping[i]))
             self.dead_reason.append(b") before this collective completed")
             return 1
         return 0
+
+    cdef void _take(self, Answer& a, vector[Item]& items) noexcept nogil:
+        """One answer: store its cache slot, fail the request on a mismatch, else queue it."""
+        cdef Item item
+        it = self.pending.find(a.name)
+        item.req = deref(it).second if it != self.pending.end() else NULL
+        if a.slot >= 0 and self.ctx.rank != 0:
+            cache_put(&self.cache, <int>a.slot, a.name, a.meta)
+        if a.status != RESP_OK:
+            if item.req != NULL:
+                self._complete(item.req, ST_ERROR, E_MISMATCH, a.message, 0)
+            return
+        if a.meta.collective == C_JOIN:
+            self.joined = False
+        item.name.swap(a.name)
+        item.meta = a.meta
+        item.value = a.value
+        item.late.swap(a.late)
+        item.err = 0
+        items.push_back(item)
 
     cdef void _execute(self, vector[Item]& items, long contributors) noexcept nogil:
         cdef Item* it

@@ -1,6 +1,6 @@
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch
-from hvlite._core.select cimport CostModel
+from hvlite._core.cost_model cimport CostModel
 from hvlite._core.shm cimport ShmArea
 
 # Everything an all-reduce needs, for code that runs without the GIL.

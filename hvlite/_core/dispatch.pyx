@@ -7,7 +7,7 @@ from hvlite._core.reduce cimport divide_by
 from hvlite._core.codes cimport OP_SUM, OP_AVERAGE
 from hvlite._core.p2p cimport allreduce_fn
 from hvlite._core.codes cimport HV_ERR_SHM
-from hvlite._core.select cimport *
+from hvlite._core.cost_model cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.ring cimport ring_allreduce
 from hvlite._core.rhd cimport rhd_allreduce

@@ -184,7 +184,7 @@ def check_build():
 
     import hvlite
     from hvlite import config
-    from hvlite._core.select import NAMES, crossovers
+    from hvlite._core.cost_model import NAMES, crossovers
     s = config.load()
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
                    MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED", MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}

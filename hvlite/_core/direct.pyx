@@ -1,4 +1,4 @@
-"""The engine: the runtime's communicators, its persistent scratch, and algorithm dispatch.
+"""The direct path (Engine): the runtime's communicators, its persistent scratch, and algorithm dispatch.
 
 Everything below runs without the GIL; errors go through codes.check, the one place where a
 core error code becomes a Python exception (MPI's own error string included).
@@ -8,7 +8,7 @@ cimport numpy as cnp
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.codes cimport HV_MISMATCH, check as chkerr
-from hvlite._core.select cimport choose
+from hvlite._core.cost_model cimport choose
 from hvlite._core.codes cimport ALG_AUTO
 from hvlite._core.dispatch cimport Context, context_init, context_free, resolve_algorithm, run_allreduce
 

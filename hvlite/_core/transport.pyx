@@ -1,0 +1,64 @@
+"""The MPI side of a negotiation round, kept apart from the format so each can change alone:
+the all-reduce of the cache bits every round, and on slow rounds the gather of submissions to
+rank 0 and the broadcast of its response. Per slow round: Gather + Gatherv + 2 Bcast."""
+# distutils: language = c++
+from libc.stdint cimport int64_t
+from mpi4py.libmpi cimport *
+from hvlite._core.sync cimport hv_backoff, hv_backoff_init, hv_backoff_step
+
+
+cdef int transport_wait(MPI_Request* r) noexcept nogil:
+    """MPI_Test until done: spin, then yield, then sleep up to 1 ms between tests, so waiting
+    for a late rank does not burn a core."""
+    cdef int flag = 0, err
+    cdef hv_backoff b
+    hv_backoff_init(&b)
+    while True:
+        err = MPI_Test(r, &flag, MPI_STATUS_IGNORE)
+        if err or flag:
+            return err
+        hv_backoff_step(&b)
+
+
+cdef int transport_agree(MPI_Comm comm, vector[uint64_t]& bits) noexcept nogil:
+    cdef MPI_Request req
+    cdef int err = MPI_Iallreduce(MPI_IN_PLACE, bits.data(), <int>bits.size(), MPI_UINT64_T,
+                                  MPI_BAND, comm, &req)
+    if not err:
+        err = transport_wait(&req)
+    return err
+
+
+cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
+                          vector[Span]& spans) noexcept nogil:
+    cdef int r, err, total = 0, mine = <int>payload.size()
+    cdef vector[int] lens, displs
+    cdef Span sp
+    lens.resize(n)
+    displs.resize(n)
+    err = MPI_Gather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm)
+    if not err and rank == 0:
+        for r in range(n):
+            displs[r] = total
+            total += lens[r]
+        buf.resize(total + 1)
+    if not err:
+        err = MPI_Gatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(), displs.data(),
+                          MPI_BYTE, 0, comm)
+    spans.clear()
+    if not err and rank == 0:
+        for r in range(n):
+            sp.p = buf.data() + displs[r]
+            sp.n = <size_t>lens[r]
+            spans.push_back(sp)
+    return err
+
+
+cdef int transport_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
+    cdef int64_t len64 = <int64_t>resp.size()
+    cdef int err = MPI_Bcast(&len64, 1, MPI_INT64_T, 0, comm)
+    if not err and rank != 0:
+        resp.resize(<size_t>len64)
+    if not err:
+        err = MPI_Bcast(resp.data(), <int>len64, MPI_BYTE, 0, comm)
+    return err

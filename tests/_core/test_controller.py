@@ -1,0 +1,272 @@
+"""Rank 0's negotiation logic and the wire format, in one process: N simulated ranks encode
+their submissions, the controller answers, and the response is decoded as every rank would."""
+import pytest
+
+from hvlite._core import codes, wire
+from hvlite._core.controller import Controller
+
+SUBMIT, PROBE = 0, 1
+OK, ERROR = 0, 1
+RANKS = [1, 2, 3, 5, 8]
+
+
+def meta(coll="allreduce", dtype="float32", op="Sum", root=0, alg="auto", shape=(4,), error=""):
+    return (codes.COLLECTIVES.index(coll), codes.DTYPES.index(dtype), codes.OPS.index(op), root,
+            codes.ALGORITHMS.index(alg), tuple(shape), error)
+
+
+def sub(*records, stopping=False, joined=False):
+    """One rank's submission: records are (name, meta) pairs."""
+    return wire.encode_submission(stopping, joined, [(SUBMIT, name, m, 0) for name, m in records])
+
+
+def respond(ctl, payloads, now=0.0):
+    return wire.decode_response(ctl.respond(payloads, now), with_tune=False)
+
+
+def names(resp):
+    return [a[0] for a in resp["answers"]]
+
+
+def answer(resp, name):
+    found = [a for a in resp["answers"] if a[0] == name]
+    assert len(found) == 1, resp
+    return dict(zip(("name", "status", "slot", "meta", "message", "value", "late"), found[0]))
+
+
+# ---- readiness ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", RANKS)
+def test_ready_only_once_every_rank_submitted(n):
+    ctl = Controller(n)
+    for r in range(n):
+        payloads = [b""] * n
+        payloads[r] = sub(("grad", meta()))
+        resp = respond(ctl, payloads)
+        if r < n - 1:
+            assert resp["answers"] == [] and ctl.waiting() == {"grad": list(range(r + 1))}
+        else:
+            a = answer(resp, "grad")
+            assert a["status"] == OK and a["message"] == "" and a["meta"] == meta()
+            assert ctl.waiting() == {}
+            # the last rank arrived a round after the others (with one rank, nobody is late)
+            assert a["late"] == ("" if n == 1 else str(n - 1))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_a_name_submitted_twice_by_one_rank_still_waits_for_the_others(n):
+    ctl = Controller(n)
+    payloads = [b""] * n
+    payloads[0] = sub(("x", meta()))
+    for _ in range(n):
+        assert respond(ctl, payloads)["answers"] == []
+    assert ctl.waiting() == {"x": [0]}
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_readiness_follows_first_submission_order(n):
+    """The order every rank executes in: first submission across the rounds (ranks folded in
+    rank order within a round), whatever order the other ranks submit in."""
+    def run():
+        ctl = Controller(n)
+        first = [b""] * n
+        first[0] = sub(("c", meta()), ("a", meta()))
+        r1 = respond(ctl, first)
+        second = [sub(("b", meta()))] + [sub(("b", meta()), ("a", meta()), ("c", meta()))] * (n - 1)
+        if n > 1:
+            second[n - 1] = sub(("c", meta()), ("b", meta()), ("a", meta()))
+        return r1, respond(ctl, second), ctl
+    r1, r2, ctl = run()
+    if n == 1:
+        assert names(r1) == ["c", "a"] and names(r2) == ["b"]
+    else:
+        assert names(r1) == [] and names(r2) == ["c", "a", "b"]
+    # the same inputs give the same bytes
+    again = Controller(n)
+    p1 = [sub(("c", meta()), ("a", meta()))] + [b""] * (n - 1)
+    p2 = [sub(("b", meta()))] + [sub(("b", meta()), ("a", meta()), ("c", meta()))] * (n - 1)
+    if n > 1:
+        p2[n - 1] = sub(("c", meta()), ("b", meta()), ("a", meta()))
+    ctl2 = Controller(n)
+    assert again.respond(p1) == ctl2.respond(p1) and again.respond(p2) == ctl2.respond(p2)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_joined_ranks_count_as_submitted_until_every_rank_joins(n):
+    ctl = Controller(n)
+    payloads = [sub(("x", meta()))] * n
+    payloads[1] = sub(("join", meta("join", shape=())))
+    resp = respond(ctl, payloads)
+    assert names(resp) == ["x"] and answer(resp, "x")["status"] == OK
+    assert resp["joined_now"] == 1 and resp["joined_after"] == 1
+    # an alltoall cannot run with a joined rank
+    payloads = [sub(("t", meta("alltoall", shape=(n, 2))))] * n
+    payloads[1] = b""
+    a = answer(respond(ctl, payloads), "t")
+    assert a["status"] == ERROR and "cannot run while some ranks have joined" in a["message"]
+    # the others join, the last one last: join completes and names it
+    order = [r for r in range(n) if r != 1]
+    for k, r in enumerate(order):
+        payloads = [b""] * n
+        payloads[r] = sub(("join", meta("join", shape=())))
+        resp = respond(ctl, payloads)
+        if k < len(order) - 1:
+            assert resp["answers"] == []
+    a = answer(resp, "join")
+    assert a["status"] == OK and a["value"] == order[-1] and resp["joined_after"] == 0
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_stopping_ranks_are_named(n):
+    ctl = Controller(n)
+    payloads = [sub(stopping=(r % 2 == 1)) for r in range(n)]
+    assert respond(ctl, payloads)["stopping"] == [r for r in range(n) if r % 2 == 1]
+
+
+# ---- agreement ---------------------------------------------------------------------------------
+
+MISMATCHES = [
+    ("dtype", meta(dtype="float32"), meta(dtype="float64"), "float32", "float64"),
+    ("shape", meta(shape=(4,)), meta(shape=(2, 2)), "(4,)", "(2, 2)"),
+    ("op", meta(op="Sum"), meta(op="Max"), "Sum", "Max"),
+    ("root rank", meta("broadcast", root=0), meta("broadcast", root=2), "0", "2"),
+    ("algorithm", meta(alg="ring"), meta(alg="tree"), "ring", "tree"),
+    ("collective", meta("allreduce"), meta("allgather"), "allreduce", "allgather"),
+    ("shape after the first dimension", meta("allgather", shape=(3, 4)), meta("allgather", shape=(1, 5)),
+     "(4,)", "(5,)"),
+]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("field,good,bad,good_text,bad_text", MISMATCHES, ids=[m[0] for m in MISMATCHES])
+def test_a_mismatch_fails_everywhere_naming_ranks_and_field(n, field, good, bad, good_text, bad_text):
+    odd = {n - 1} | ({1} if n >= 3 else set())
+    ctl = Controller(n, cache_capacity=4)
+    resp = respond(ctl, [sub(("w", bad if r in odd else good)) for r in range(n)])
+    a = answer(resp, "w")
+    assert a["status"] == ERROR and a["slot"] == -1
+    assert a["message"].startswith(f"{codes.COLLECTIVES[good[0]]} 'w' failed on every rank: "
+                                   f"ranks disagree on {field}: ")
+    for r in range(n):
+        assert f"rank {r}: {bad_text if r in odd else good_text}" in a["message"]
+    assert ctl.cache_slots() == {} and ctl.waiting() == {}
+
+
+def test_agreeing_ranks_with_different_first_dimensions_are_fine_for_allgather():
+    ctl = Controller(3)
+    resp = respond(ctl, [sub(("g", meta("allgather", shape=(r + 1, 4)))) for r in range(3)])
+    assert answer(resp, "g")["status"] == OK
+
+
+def test_a_local_error_is_reported_with_its_rank():
+    ctl = Controller(3)
+    resp = respond(ctl, [sub(("e", meta(error="input is not contiguous" if r == 2 else ""))) for r in range(3)])
+    a = answer(resp, "e")
+    assert a["status"] == ERROR and "rank 2: input is not contiguous" in a["message"]
+
+
+# ---- response cache ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", RANKS)
+def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
+    ctl = Controller(n, cache_capacity=2)
+    resp = respond(ctl, [sub(("a", meta()), ("g", meta("allgather", shape=(2, 3))))] * n)
+    a, g = answer(resp, "a"), answer(resp, "g")
+    assert a["slot"] == 0 and g["slot"] == -1          # allgather is not cacheable
+    assert ctl.cache_slots() == {"a": 0}
+    # the next identical submission is a hit (the worker sends only its slot's bit) ...
+    assert ctl.lookup("a", meta()) == 0
+    # ... a changed shape invalidates the slot, an unknown name misses
+    assert ctl.lookup("a", meta(shape=(5,))) == -2 - 0
+    assert ctl.lookup("b", meta()) == -1
+    # sent to rank 0 again, the name moves to the free slot and leaves its old one
+    resp = respond(ctl, [sub(("a", meta()))] * n)
+    assert answer(resp, "a")["slot"] == 1 and ctl.cache_slots() == {"a": 1}
+
+
+def test_a_full_cache_evicts_the_least_recently_used_slot():
+    ctl = Controller(2, cache_capacity=2)
+    respond(ctl, [sub(("a", meta()))] * 2)
+    respond(ctl, [sub(("b", meta()))] * 2)
+    resp = respond(ctl, [sub(("c", meta()))] * 2)
+    assert answer(resp, "c")["slot"] == 0
+    assert ctl.cache_slots() == {"c": 0, "b": 1}
+    assert ctl.lookup("a", meta()) == -1
+
+
+# ---- stall report ------------------------------------------------------------------------------
+
+def test_a_stall_past_the_shutdown_time_is_fatal_and_names_the_missing_ranks(capfd):
+    ctl = Controller(3, stall_check=1.0, stall_shutdown=5.0)
+    assert respond(ctl, [sub(("x", meta())), b"", b""], now=0.0)["fatal"] == ""
+    resp = respond(ctl, [b"", sub(), sub()], now=2.0)
+    assert resp["fatal"] == ""
+    assert "hvlite: stall: allreduce 'x' has waited 2 s; ranks that have not submitted it: [1, 2]" \
+        in capfd.readouterr().err
+    resp = respond(ctl, [b"", sub(("x", meta())), b""], now=6.0)
+    assert resp["fatal"] == ("stall: allreduce 'x' has waited 6 s; ranks that have not submitted "
+                             "it: [2] (HVLITE_STALL_SHUTDOWN_TIME_SECONDS exceeded)")
+
+
+def test_probed_names_report_the_ranks_that_are_not_waiting(capfd):
+    ctl = Controller(3, stall_check=1.0)
+    probe = wire.encode_submission(False, False, [(PROBE, "p", meta(), 3_000_000)])
+    resp = respond(ctl, [probe, probe, sub()], now=0.0)
+    assert resp["fatal"] == "" and resp["answers"] == [] and ctl.waiting() == {}
+    assert "hvlite: stall: 'p' has waited 3 s; ranks that have not submitted it: [2]" in capfd.readouterr().err
+
+
+# ---- wire roundtrips ---------------------------------------------------------------------------
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+NAMES = ["", "x", "grad/layer.0/weight", "é∑😀", "n" * 100_000]
+SHAPES = [(), (0,), (3, 0, 2), (I64_MAX, I64_MIN, -1), tuple(range(64))]
+
+
+@pytest.mark.parametrize("name", NAMES, ids=["empty", "short", "path", "unicode", "long"])
+@pytest.mark.parametrize("shape", SHAPES, ids=["scalar", "zero", "zeros", "extremes", "rank64"])
+def test_submission_roundtrip(name, shape):
+    recs = [(SUBMIT, name, meta(shape=shape), I64_MAX), (PROBE, name + "!", meta("broadcast", root=7,
+                                                                                  shape=shape, error=name), I64_MIN),
+            (SUBMIT, "", meta("join", shape=()), 0)]
+    for stopping, joined in [(False, False), (True, False), (False, True), (True, True)]:
+        data = wire.encode_submission(stopping, joined, recs)
+        assert wire.decode_submission(data) == (stopping, joined, recs)
+
+
+def test_submission_header_alone_is_sixteen_bytes_of_int64s():
+    assert wire.encode_submission(True, False) == (1).to_bytes(8, "little") + bytes(8)
+    assert wire.decode_submission(wire.encode_submission(False, True)) == (False, True, [])
+
+
+@pytest.mark.parametrize("name", NAMES, ids=["empty", "short", "path", "unicode", "long"])
+@pytest.mark.parametrize("tune", [None, (64 << 20, 2_500_000), (I64_MAX, I64_MIN)])
+def test_response_roundtrip(name, tune):
+    answers = [(name, OK, 3, meta(shape=(0, I64_MAX)), "", -1, ""),
+               (name + "2", ERROR, -1, meta("broadcast", root=4), "bad " + name, I64_MIN, "1,3"),
+               ("j", OK, -1, meta("join", shape=()), "", 7, "")]
+    data = wire.encode_response(stopping=[0, 5, I64_MAX], fatal="stall " + name, joined_after=2,
+                                joined_now=I64_MIN, answers=answers, tune=tune)
+    got = wire.decode_response(data)
+    assert got == {"stopping": [0, 5, I64_MAX], "fatal": "stall " + name, "joined_after": 2,
+                   "joined_now": I64_MIN, "answers": answers, "tune": tune, "rest": 0}
+
+
+def test_controller_response_decodes_with_the_coordinators_reader():
+    ctl = Controller(2, cache_capacity=1)
+    raw = ctl.respond([sub(("a", meta()), stopping=True), sub(("a", meta()))])
+    got = wire.decode_response(raw, with_tune=False)
+    assert got["rest"] == 0 and got["stopping"] == [0] and names(got) == ["a"]
+    # the coordinator appends the autotune tail; the head and answers read the same after it
+    tail = wire.encode_response(tune=(1, 2))[-32:]
+    both = wire.decode_response(raw + tail)
+    assert both["tune"] == (1, 2) and both["answers"] == got["answers"] and both["rest"] == 0
+
+
+@pytest.mark.parametrize("cut", [0, 1, 8, 15, 16, 17, 40, 100])
+def test_truncated_messages_decode_without_crashing(cut):
+    data = wire.encode_submission(False, False, [(SUBMIT, "name" * 10, meta(shape=(1, 2, 3)), 5)])
+    stopping, joined, recs = wire.decode_submission(data[:cut])
+    assert len(recs) <= 1
+    resp = wire.encode_response(stopping=[1], answers=[("n" * 30, OK, 0, meta(), "", -1, "")])
+    assert wire.decode_response(resp[:cut])["rest"] <= 0
