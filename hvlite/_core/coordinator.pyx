@@ -28,7 +28,6 @@ from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.codes cimport OP_AVERAGE
 from hvlite._core.dispatch cimport Context, context_init, context_free
 from hvlite._core.cache cimport *
 from hvlite._core.wire cimport *

@@ -1,7 +1,7 @@
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch
 from hvlite._core.cost_model cimport CostModel
-from hvlite._core.shm cimport ShmArea
+from hvlite._core.shm cimport ShmArea, ShmPiece
 
 # Everything an all-reduce needs, for code that runs without the GIL.
 cdef struct Context:
@@ -22,6 +22,11 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
 # In place. Average runs a Sum, then divides by `divisor` (the number of contributing ranks).
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil
+# Whether fused batches of `algorithm` go through the shared segment, and running one: each
+# piece's input reduced into its output, Average divided as above.
+cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
+cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
+                              int dtype, int op, long divisor) noexcept nogil
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
                       int nodes, size_t segment_bytes, dict model, tuple shm) except -1
 cdef void context_free(Context* c) noexcept nogil

@@ -3,8 +3,7 @@ from libc.stdlib cimport free
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport divide_by
-from hvlite._core.codes cimport OP_SUM, OP_AVERAGE
+from hvlite._core.reduce cimport kernel_op, finish_op
 from hvlite._core.p2p cimport allreduce_fn
 from hvlite._core.codes cimport HV_ERR_SHM
 from hvlite._core.cost_model cimport *
@@ -15,8 +14,8 @@ from hvlite._core.rd cimport rd_allreduce
 from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
-from hvlite._core.shm cimport (shm_open_area, shm_close_area, shm_allreduce, shm_set_why,
-                               shm_barrier_seconds)
+from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
+                               shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -91,17 +90,17 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil:
 
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil:
-    cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
+    cdef int kop = kernel_op(op)
     cdef int err = 0
     cdef double nbytes = <double>(count * dtype_size(dtype))
     if count == 0:
         return 0
     if c.size > 1:
         if algo == ALG_MPI:
-            err = mpi_allreduce(buf, count, dtype, kernel_op, c.comm)
+            err = mpi_allreduce(buf, count, dtype, kop, c.comm)
         elif (algo == ALG_SHM or algo == ALG_HIERARCHICAL) and c.shm_ok:
             # Within the node in shared memory; across nodes (if any) on each rank's slice.
-            err = shm_allreduce(buf, count, dtype, kernel_op, &c.shm, c.cross, c.uniform,
+            err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
                                 _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
         elif algo == ALG_SHM:
             err = HV_ERR_SHM
@@ -112,10 +111,28 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             if c.uniform:
                 nbytes /= c.local_size
             err = hierarchical_allreduce(
-                buf, count, dtype, kernel_op, c.local, c.cross, c.uniform,
+                buf, count, dtype, kop, c.local, c.cross, c.uniform,
                 _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
         else:
-            err = _flat_fn(algo)(buf, count, dtype, kernel_op, c.comm, &c.scratch)
-    if err == 0 and op == OP_AVERAGE:
-        divide_by(buf, count, dtype, divisor)
+            err = _flat_fn(algo)(buf, count, dtype, kop, c.comm, &c.scratch)
+    if err == 0:
+        finish_op(buf, count, dtype, op, divisor)
+    return err
+
+
+cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil:
+    """Fused batches of this algorithm go through the node's shared segment piece by piece."""
+    return (c.nodes == 1 and c.shm_ok and c.shm.L > 1
+            and (algorithm == ALG_SHM or algorithm == ALG_AUTO))
+
+
+cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
+                              int dtype, int op, long divisor) noexcept nogil:
+    """Each piece's input reduced into its output through the shared segment (no packing)."""
+    cdef int err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+    cdef size_t k
+    if err == 0:
+        for k in range(npieces):
+            if pieces[k].output != NULL:
+                finish_op(pieces[k].output, pieces[k].count, dtype, op, divisor)
     return err

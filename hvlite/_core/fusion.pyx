@@ -18,11 +18,11 @@ from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.request cimport hv_now
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport fill_identity, divide_by
-from hvlite._core.codes cimport OP_AVERAGE, OP_SUM
-from hvlite._core.codes cimport ALG_SHM, ALG_AUTO
-from hvlite._core.shm cimport ShmPiece, shm_allreduce_pieces
-from hvlite._core.dispatch cimport Context, resolve_algorithm, run_allreduce
+from hvlite._core.reduce cimport fill_identity
+from hvlite._core.codes cimport ALG_SHM
+from hvlite._core.shm cimport ShmPiece
+from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, run_allreduce,
+                                    run_allreduce_pieces)
 
 
 cdef size_t item_count(const Meta& m) noexcept nogil:
@@ -59,11 +59,11 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         items[k].start = t0
         items[k].fused = <int>batch.size()
     algo = resolve_algorithm(c, total * es, it.meta.algorithm)
-    if _in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
+    if pieces_in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
         # Straight through the shared segment: the gather is the only copy in, the scatter the
         # only copy out, so auto takes it for every fused batch on one node (a lone tensor
         # goes where the cost model says).
-        return _run_in_segment(c, items, batch, total, contributors, t0)
+        return _run_through_segment(c, items, batch, total, contributors, t0)
     if batch.size() == 1:
         if it.req != NULL:
             if it.req.output != it.req.input and total:
@@ -109,16 +109,9 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
     return err
 
 
-cdef bint _in_segment(Context* c, int algorithm) noexcept nogil:
-    """Fused batches of this algorithm go through the node's shared segment."""
-    return (c.nodes == 1 and c.shm_ok and c.shm.L > 1
-            and (algorithm == ALG_SHM or algorithm == ALG_AUTO))
-
-
-cdef int _run_in_segment(Context* c, vector[Item]& items, vector[size_t]& batch, size_t total,
-                         long contributors, double t0) noexcept nogil:
+cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& batch, size_t total,
+                              long contributors, double t0) noexcept nogil:
     cdef int dtype = items[batch[0]].meta.dtype, op = items[batch[0]].meta.op
-    cdef int kernel_op = OP_SUM if op == OP_AVERAGE else op
     cdef vector[ShmPiece] pieces
     cdef ShmPiece piece
     cdef size_t off = 0, k
@@ -130,12 +123,10 @@ cdef int _run_in_segment(Context* c, vector[Item]& items, vector[size_t]& batch,
         piece.output = items[k].req.output if items[k].req != NULL else NULL
         pieces.push_back(piece)
         off += piece.count
-    cdef int err = shm_allreduce_pieces(pieces.data(), pieces.size(), total, dtype, kernel_op,
-                                        &c.shm)
+    cdef int err = run_allreduce_pieces(c, pieces.data(), pieces.size(), total, dtype, op,
+                                        contributors)
     for k in batch:
         if items[k].req != NULL and not err:
-            if op == OP_AVERAGE:
-                divide_by(items[k].req.output, item_count(items[k].meta), dtype, contributors)
             items[k].req.algorithm_used = ALG_SHM
     t1 = hv_now()
     for k in batch:             # packing, reduction and unpacking are one pipelined pass
@@ -161,7 +152,7 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         es = dtype_size(items[i].meta.dtype)
         # Through the shared segment, packing is the copy the collective makes anyway, so
         # large tensors fuse for free.
-        large_alone = not _in_segment(c, items[i].meta.algorithm)
+        large_alone = not pieces_in_segment(c, items[i].meta.algorithm)
         for j in range(i, items.size()):
             if used[j] or items[j].meta.collective != C_ALLREDUCE:
                 continue

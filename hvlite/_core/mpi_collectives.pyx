@@ -11,8 +11,7 @@ from libc.limits cimport INT_MAX
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.reduce cimport divide_by
-from hvlite._core.codes cimport OP_AVERAGE, OP_SUM
+from hvlite._core.reduce cimport kernel_op, finish_op
 from hvlite._core.mpiref cimport ensure_half_ops, mpi_type, mpi_op
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
@@ -117,10 +116,10 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
     err = ensure_half_ops()
     if err:
         return err
-    cdef int kop = OP_SUM if op == OP_AVERAGE else op
-    err = MPI_Reduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype), mpi_op(dtype, kop), comm)
-    if err == 0 and op == OP_AVERAGE:
-        divide_by(output, <size_t>counts[r], dtype, n)
+    err = MPI_Reduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype),
+                             mpi_op(dtype, kernel_op(op)), comm)
+    if err == 0:
+        finish_op(output, <size_t>counts[r], dtype, op, n)
     return err
 
 

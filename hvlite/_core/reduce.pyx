@@ -112,6 +112,12 @@ cdef inline void _idiv(num_t* a, size_t n, long d) noexcept nogil:
         a[i] = <num_t>(a[i] / d) if num_t is float or num_t is double else a[i] // d
 
 
+cdef void finish_op(void* buf, size_t n, int dtype, int op, long divisor) noexcept nogil:
+    """After the kernels ran kernel_op(op): Average divides by the contributors."""
+    if op == OP_AVERAGE:
+        divide_by(buf, n, dtype, divisor)
+
+
 cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil:
     cdef size_t i
     cdef uint16_t* h = <uint16_t*>buf
