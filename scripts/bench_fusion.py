@@ -39,7 +39,7 @@ def main():
     hvd.init()
     rt = hvd._current()
     MPI, comm, rank, n = rt.MPI, rt.comm, hvd.rank(), hvd.size()
-    coord = rt.coordinator
+    coord = rt.global_state.coordinator
     grads = ([np.full(SMALL[1], 1.0 + i, np.float32) for i in range(SMALL[0])] +
              [np.full(LARGE[1], 1.0 + i, np.float32) for i in range(LARGE[0])])
     outs = [np.empty_like(g) for g in grads]
@@ -158,7 +158,7 @@ def main():
 
 def autotune_vs_sweep(args, rt, grads, hvlite_step):
     """Steps/s for every fixed setting of autotune's grid, then with autotune's own choice."""
-    MPI, comm, coord = rt.MPI, rt.comm, rt.coordinator
+    MPI, comm, coord = rt.MPI, rt.comm, rt.global_state.coordinator
     thresholds = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
     cycles = (0.25, 1.0, 2.5, 5.0)
 

@@ -1,0 +1,21 @@
+"""The benchmark scripts still run against the current package (a few steps each, at 2 ranks):
+they reach into the runtime, so a refactor that breaks them shows here rather than on the day
+someone reruns the figures. Timing is not checked."""
+import pytest
+
+SCRIPTS = [
+    (["scripts/bench_allreduce.py", "--sizes", "4K,1M", "--budget", "0.05",
+      "--algorithms", "mpi,ring,shm,auto"], "auto picked"),
+    (["scripts/bench_fusion.py", "--steps", "2"], "hvlite-fused-inplace"),
+    (["scripts/bench_torch.py", "--reps", "3"], "torch / NumPy"),
+    (["scripts/bench_training.py", "--steps", "2"], "efficiency"),
+    (["scripts/bench_mpi_reference.py", "--sizes", "4K", "--budget", "0.05"], "4 KiB"),
+]
+
+
+@pytest.mark.parametrize("args,expect", SCRIPTS, ids=[a[0].split("/")[1] for a, _ in SCRIPTS])
+def test_benchmark_script_runs(mpirun, args, expect):
+    if "bench_torch" in args[0]:
+        pytest.importorskip("torch")
+    out = mpirun(2, args[0], *args[1:], timeout=240, pytest_module=False)
+    assert expect in out, out[-2000:]
