@@ -43,3 +43,10 @@ def test_init_agreement(mpirun, n, case):
                        env={"HVLITE_TEST_EXPECT": expect}, rank_env={n - 1: env})
     assert out.count("FAULT-CHECK OK") == n, out
     assert took < BOUND, f"{case} at {n} ranks took {took:.1f}s"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_argument_errors_reach_every_rank(mpirun, n):
+    out, took = _timed(mpirun, n, "tests/faults/mpi_arguments.py")
+    assert "passed" in out and "failed" not in out, out
+    assert took < 2 * BOUND, f"argument errors at {n} ranks took {took:.1f}s"
