@@ -5,17 +5,21 @@ hvlite.init() runs before mpi4py.MPI is imported, so HVLITE_MPI_THREAD_LEVEL dec
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 
 import hvlite as hvd
 
 expect = json.loads(os.environ["HVLITE_TEST_EXPECT"])
-try:
-    hvd.init()
-    outcome = ("ok", "")
-except Exception as e:  # noqa: BLE001 - every kind is reported below
-    outcome = (type(e).__name__, str(e))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        hvd.init()
+        outcome = ("ok", "")
+    except Exception as e:  # noqa: BLE001 - every kind is reported below
+        outcome = (type(e).__name__, str(e))
+said = [str(w.message) for w in caught if "hvlite" in str(w.message)]
 
 from mpi4py import MPI  # noqa: E402 - after init(), on purpose
 
@@ -38,7 +42,12 @@ else:
             problems.append(f"message {outcome[1]!r} lacks {frag!r}")
     if hvd.is_initialized():
         problems.append("initialized after a failed init()")
-print(f"rank {rank}: init() -> {outcome[0]}: {outcome[1]}", flush=True)
+want = expect.get("warning")      # rank 0 only warns, naming the closest known variable
+if want and rank == 0 and not any(want in w for w in said):
+    problems.append(f"no warning holding {want!r}: {said}")
+if rank != 0 and said:
+    problems.append(f"rank {rank} warned too: {said}")
+print(f"rank {rank}: init() -> {outcome[0]}: {outcome[1]}; warnings {said}", flush=True)
 everyone = comm.allgather(problems)
 bad = [f"rank {r}: {p}" for r, ps in enumerate(everyone) for p in ps]
 if bad:

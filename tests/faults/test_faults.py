@@ -50,3 +50,15 @@ def test_argument_errors_reach_every_rank(mpirun, n):
     out, took = _timed(mpirun, n, "tests/faults/mpi_arguments.py")
     assert "passed" in out and "failed" not in out, out
     assert took < 2 * BOUND, f"argument errors at {n} ranks took {took:.1f}s"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_unknown_variable_is_reported_by_rank_0(mpirun, n):
+    expect = json.dumps({"error": None, "fragments": [],
+                         "warning": "HVLITE_SEGMENT_BYTE is set but hvlite does not read it; "
+                                    "did you mean HVLITE_SEGMENT_BYTES?"})
+    out, took = _timed(mpirun, n, "tests/faults/mpi_init.py", pytest_module=False,
+                       env={"HVLITE_TEST_EXPECT": expect},
+                       rank_env={r: {"HVLITE_SEGMENT_BYTE": "4096"} for r in range(n)})
+    assert out.count("FAULT-CHECK OK") == n, out
+    assert took < BOUND
