@@ -127,3 +127,15 @@ def test_zero_size_shapes(shape):
     attempt("reducescatter", lambda: hvd.reducescatter(x, op=hvd.Sum, name=f"z.rs{shape}"),
             total[first:first + block])
     assert_everywhere(failures)
+
+
+def test_compressed_handles_synchronized_in_opposite_orders():
+    """PowerSGD's second all-reduce (Q) goes out when the first finishes, not at synchronize()."""
+    from helpers import assert_identical_everywhere
+    c = hvd.Compression.powersgd(rank=2)
+    grads = [np.arange(64, dtype=np.float64).reshape(8, 8) * (i + 1) + RANK for i in range(2)]
+    handles = [hvd.allreduce_async(g, name=f"psgd.{i}", compression=c) for i, g in enumerate(grads)]
+    order = [1, 0] if RANK % 2 else [0, 1]
+    got = {i: hvd.synchronize(handles[i]) for i in order}
+    for i in range(2):
+        assert_identical_everywhere(got[i], f"powersgd handle {i}")
