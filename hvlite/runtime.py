@@ -203,7 +203,9 @@ def _agree(base, MPI, settings, sets, problem):
     mine = None
     if problem is None:
         mine = dict(_config.agreed_values(settings))
-        mine["MPI thread level provided (MPI_Query_thread)"] = MPI.Query_thread()
+        levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                  MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+        mine["MPI thread level provided (MPI_Query_thread)"] = levels.get(MPI.Query_thread())
         mine[_SETS_KEY] = sets
         mine["hvlite build (version+core modules)"] = build_identity()
     kind = problem[0].__name__ if problem else None
@@ -237,8 +239,11 @@ def _check_repeat(rt, comm, process_sets):
     if process_sets is None:
         return
     if isinstance(process_sets, str):
-        if process_sets != "dynamic" or not rt.dynamic_sets:
-            raise InvalidArgumentError(f"init(process_sets={process_sets!r}): hvlite is already "
+        if process_sets != "dynamic":
+            raise InvalidArgumentError(f"init(process_sets={process_sets!r}): use a list of "
+                                       "process sets or \"dynamic\"")
+        if not rt.dynamic_sets:
+            raise InvalidArgumentError("init(process_sets=\"dynamic\"): hvlite is already "
                                        "initialized without dynamic process sets; call "
                                        "shutdown() first")
         return
