@@ -23,7 +23,7 @@ from hvlite import timeline
 from hvlite.compression import Compression
 from hvlite.timeline import start_timeline, stop_timeline
 
-__version__ = "0.1.0"
+from hvlite.config import VERSION as __version__
 
 
 def init(comm=None, process_sets=None):

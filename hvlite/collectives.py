@@ -19,14 +19,21 @@ from hvlite.submit import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST,  
 from hvlite.work import ChainHandle, GroupHandle, Work   # noqa: F401  (handles of the front door)
 
 
+def _handle(handle, what):
+    if not isinstance(handle, Work):
+        raise InvalidArgumentError(f"{what}() needs a handle returned by an *_async call, got "
+                                   f"{type(handle).__name__}")
+    return handle
+
+
 def poll(handle):
     """True when the collective behind `handle` has finished."""
-    return handle.poll()
+    return _handle(handle, "poll").poll()
 
 
 def synchronize(handle):
     """Wait for `handle` and return its result."""
-    return handle.synchronize()
+    return _handle(handle, "synchronize").synchronize()
 
 
 def _gpu(x):
@@ -91,9 +98,19 @@ def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None,
                             process_set=global_process_set):
     """Start reducing a list of arrays as one group (negotiated and fused together)."""
     st = state_of(runtime.current(), process_set, "grouped_allreduce")
-    base = name or st.auto_name("grouped_allreduce")
-    return GroupHandle([allreduce_async(t, op, f"{base}.{i}", algorithm, process_set)
-                        for i, t in enumerate(tensors)])
+    base = st.auto_name("grouped_allreduce") if name is None or name == "" else str(name)
+    if isinstance(tensors, np.ndarray) or not isinstance(tensors, (list, tuple)):
+        raise InvalidArgumentError(f"grouped_allreduce {base!r}: needs a list of arrays, got "
+                                   f"{type(tensors).__name__}")
+    handles, first = [], None
+    for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank
+        try:                            # is left waiting for the parts after a bad one
+            handles.append(allreduce_async(t, op, f"{base}.{i}", algorithm, process_set))
+        except Exception as e:          # noqa: BLE001 - raised once every part is out
+            first = first or e
+    if first is not None:
+        raise first
+    return GroupHandle(handles)
 
 
 def grouped_allreduce(tensors, op=Average, name=None, algorithm=None,
@@ -189,12 +206,32 @@ def join():
     return join_async().synchronize()
 
 
+def _object_name(st, kind, name):
+    """An object collective's base name: its steps are named base.size and base.data (a name
+    that is not a string is used as str(name), like the array collectives do)."""
+    return st.auto_name(kind) if name is None or name == "" else str(name)
+
+
+def _pickled(obj, st, kind, name, root=0):
+    """obj pickled into bytes; a pickling failure poisons the first step (name.size), so the
+    other ranks fail too instead of waiting for it."""
+    try:
+        return np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    except Exception as e:      # noqa: BLE001 - any pickling failure
+        error = InvalidArgumentError(f"{_KIND_NAMES[kind]} {name!r}: cannot pickle the object: "
+                                     f"{type(e).__name__}: {e}")
+        host._poison(st, kind, name + ".size", error, root=root)
+
+
+_KIND_NAMES = {BROADCAST: "broadcast_object", ALLGATHER: "allgather_object"}
+
+
 def broadcast_object_async(obj, root_rank=0, name=None, process_set=global_process_set):
     rt = runtime.current()
     st = state_of(rt, process_set, "broadcast_object")
-    name = name or st.auto_name("broadcast_object")
+    name = _object_name(st, "broadcast_object", name)
     mine = rt.rank == root_rank
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if mine else None
+    data = _pickled(obj, st, BROADCAST, name, host._root(st, root_rank)) if mine else None
     first = broadcast_async(np.array([0 if data is None else data.size], np.int64), root_rank,
                             name + ".size", process_set)
 
@@ -212,8 +249,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object_async(obj, name=None, process_set=global_process_set):
     st = state_of(runtime.current(), process_set, "allgather_object")
-    name = name or st.auto_name("allgather_object")
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    name = _object_name(st, "allgather_object", name)
+    data = _pickled(obj, st, ALLGATHER, name)
     first = allgather_async(np.array([data.size], np.int64), name + ".size", process_set)
 
     def then(sizes):

@@ -5,10 +5,14 @@ Horovod's variables with the same meaning are accepted too (HOROVOD_FUSION_THRES
 Horovod job's settings carry over; where both are set, the HVLITE_ one wins.
 """
 import dataclasses
+import difflib
+import math
 import os
 
 from hvlite._core.codes import ALGORITHMS      # the table in _core/codes.h (starts no MPI)
 from hvlite.errors import ConfigError
+
+VERSION = "0.1.0"       # hvlite.__version__; part of the build identity ranks compare at init()
 
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
@@ -225,6 +229,9 @@ def _int(env, name, default, lo, hi):
     return value
 
 
+_NUMBER_MAX = 1e9      # no time, rate or cost figure is near this; nan and inf are refused too
+
+
 def _number(env, name, default, allow_zero=False):
     raw = env.get(name)
     if raw is None or raw == "":
@@ -233,6 +240,9 @@ def _number(env, name, default, allow_zero=False):
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{env.source(name)}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value > _NUMBER_MAX:
+        raise ConfigError(f"{env.source(name)}={raw!r} must be a finite number up to "
+                          f"{_NUMBER_MAX:g}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{env.source(name)}={raw!r} must be {'non-negative' if allow_zero else 'positive'}")
     return value
@@ -316,6 +326,33 @@ def load(env=None):
     return settings
 
 
+# Settings that may differ from rank to rank: what one rank writes or how long it waits alone.
+# Every other field steers a collective step, so init() checks that all ranks agree on it.
+PER_RANK = frozenset({"timeline", "timeline_mark_cycles", "timeline_all_ranks", "log_level",
+                      "autotune_log", "ps_timeout"})
+AGREED = frozenset(f.name for f in dataclasses.fields(Settings)) - PER_RANK
+
+
+def agreed_values(settings):
+    """{variable: value} of the settings every rank must share (init() compares them)."""
+    return {f.metadata["env"]: getattr(settings, f.name) for f in dataclasses.fields(settings)
+            if f.name in AGREED}
+
+
+def disagreements(records, limit=8):
+    """Messages for the keys whose values differ between ranks. `records`: one {key: value} per
+    rank, in rank order; each message names the key and every rank's value (the first `limit`)."""
+    out = []
+    for key in records[0]:
+        values = [r.get(key) for r in records]
+        if all(v == values[0] for v in values):
+            continue
+        shown = ", ".join(f"rank {i}: {v!r}" for i, v in enumerate(values[:limit]))
+        more = f", ... ({len(values) - limit} more ranks)" if len(values) > limit else ""
+        out.append(f"{key}: {shown}{more}")
+    return out
+
+
 # Variables read outside Settings (not at init()): (name, read by, meaning).
 OTHER_VARIABLES = (
     ("HVLITE_MPIEXEC", "`hvliterun`, the tests",
@@ -325,6 +362,30 @@ OTHER_VARIABLES = (
     ("HVLITE_SANITIZE", "`setup.py`",
      "`1`: build the core with AddressSanitizer and UBSan (`make test-asan` sets it)."),
 )
+# Prefixes of variables that belong to the test suite, not to hvlite.
+_OTHER_PREFIXES = ("HVLITE_TEST_",)
+
+
+def known_variables():
+    """Every HVLITE_ / HOROVOD_ variable hvlite reads."""
+    names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
+    names |= set(ALIASES.values()) | {"HOROVOD_STALL_CHECK_DISABLE"}
+    return names | {name for name, _, _ in OTHER_VARIABLES}
+
+
+def unknown_variables(env=None):
+    """[(name, closest known name or None)] for HVLITE_* / HOROVOD_* variables hvlite does not
+    read: a misspelt setting would otherwise be silently ignored."""
+    env = os.environ if env is None else env
+    known = known_variables()
+    out = []
+    for name in sorted(env):
+        if not name.startswith(("HVLITE_", "HOROVOD_")) or name in known or \
+                name.startswith(_OTHER_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        out.append((name, close[0] if close else None))
+    return out
 
 _INTRO = """\
 Every setting is read once, at `init()`, into one typed, frozen object
@@ -401,6 +462,16 @@ def markdown():
         out += ["", "## Notes"]
         for f in notes:
             out += ["", f"### `{f.metadata['env']}`", "", f.metadata["note"]]
+    per_rank = [f"`{f.metadata['env']}`" for f in fields if f.name in PER_RANK]
+    out += ["", "## Settings every rank must share", "",
+            "`init()` compares every setting except " + ", ".join(per_rank) + " across the "
+            "ranks in one small collective, together with the thread level MPI provides, the "
+            "process sets passed to `init()` and the build; a difference raises `ConfigError` on "
+            "every rank, naming the variable and each rank's value "
+            "([errors](errors.md#settings-that-disagree)). A bad value on one rank fails "
+            "`init()` on every rank, naming that rank. An `HVLITE_` or `HOROVOD_` variable that "
+            "hvlite does not read is reported at `init()` (rank 0, a warning naming the closest "
+            "known variable)."]
     out += ["", "## Horovod's variables", "",
             "Accepted under Horovod's names: " +
             ", ".join(f"`{alias}`" for alias in ALIASES.values()) +

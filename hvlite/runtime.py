@@ -6,12 +6,15 @@ in hvlite/__init__.py adds what sits higher, such as the timeline).
 """
 import atexit
 import dataclasses
+import hashlib
+import pkgutil
 import sys
+import warnings
 import weakref
 
 from hvlite import config as _config
 from hvlite import process_sets as _ps
-from hvlite.errors import InvalidArgumentError, NotInitializedError
+from hvlite.errors import ConfigError, InvalidArgumentError, NotInitializedError
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
@@ -44,6 +47,7 @@ class Runtime:
         from hvlite._core.direct import Engine
 
         base = MPI.COMM_WORLD if comm is None else comm
+        self.base = base            # the user's communicator, for init()'s repeat check
         self.comm = base.Dup()
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         rank = self.comm.Get_rank()
@@ -156,23 +160,126 @@ def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
           f"{crossovers(n, model, nodes, local_size, uniform, shm)}", file=sys.stderr, flush=True)
 
 
-def init(comm=None, process_sets=None):
-    """Start hvlite's state on `comm` (an mpi4py communicator; COMM_WORLD by default).
-    Idempotent. `process_sets`: ProcessSets (or rank lists) to create now, the same on every
-    rank, or "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1
-    does)."""
-    global _current
-    if _current is not None:
-        return _current
-    settings = _config.load()
-    static = process_sets
+def build_identity():
+    """hvlite's version and a hash of the core's module names: ranks running different builds
+    would misread each other's messages, so init() compares this too."""
+    import hvlite._core as core
+    names = sorted(m.name for m in pkgutil.iter_modules(core.__path__))
+    return f"{_config.VERSION}+{hashlib.sha1(' '.join(names).encode()).hexdigest()[:12]}"
+
+
+def _set_ranks(process_sets):
+    """The static process sets as rank lists (what init() compares and remembers)."""
+    return [list(p.ranks) if isinstance(p, _ps.ProcessSet) else list(_ps.ProcessSet(p).ranks)
+            for p in process_sets or ()]
+
+
+_SETS_KEY = "init(process_sets=...)"
+
+
+def _read_arguments(process_sets):
+    """This rank's settings and static process sets: (settings, sets, problem), where problem
+    is None or (the exception class to raise, its text)."""
+    try:
+        settings = _config.load()
+    except ConfigError as e:
+        return None, [], (ConfigError, str(e))
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            return settings, [], (InvalidArgumentError, f"init(process_sets={process_sets!r}): "
+                                  "use a list of process sets or \"dynamic\"")
+        return dataclasses.replace(settings, dynamic_process_sets=True), [], None
+    try:
+        return settings, _set_ranks(process_sets), None
+    except Exception as e:      # noqa: BLE001 - any bad entry fails every rank alike
+        return settings, [], (InvalidArgumentError, f"{_SETS_KEY}: {e}")
+
+
+def _agree(base, MPI, settings, sets, problem):
+    """The one agreement step of init(): a single allgather on the user's communicator, before
+    anything else is set up, of this rank's problem (or None) and the values every rank must
+    share. When any rank failed or any value differs, every rank raises: ConfigError for
+    settings, InvalidArgumentError when only init()'s process_sets argument is at fault."""
+    mine = None
+    if problem is None:
+        mine = dict(_config.agreed_values(settings))
+        levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                  MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+        mine["MPI thread level provided (MPI_Query_thread)"] = levels.get(MPI.Query_thread())
+        mine[_SETS_KEY] = sets
+        mine["hvlite build (version+core modules)"] = build_identity()
+    kind = problem[0].__name__ if problem else None
+    everyone = base.allgather((kind, problem and problem[1], mine))
+    failed = [(r, k, text) for r, (k, text, _) in enumerate(everyone) if k is not None]
+    if failed:
+        cls = ConfigError if any(k == "ConfigError" for _, k, _ in failed) else InvalidArgumentError
+        lines = "; ".join(f"rank {r}: {text}" for r, _, text in failed)
+        raise cls(f"hvlite.init() failed on rank(s) {[r for r, _, _ in failed]}: {lines}")
+    differ = _config.disagreements([m for _, _, m in everyone])
+    if differ:
+        only_sets = len(differ) == 1 and differ[0].startswith(_SETS_KEY)
+        raise (InvalidArgumentError if only_sets else ConfigError)(
+            "hvlite.init(): ranks disagree on settings that must be the same everywhere: " +
+            "; ".join(differ))
+
+
+def _same_comm(a, b):
+    try:
+        return a is b or bool(a == b)      # mpi4py compares the handles
+    except Exception:           # noqa: BLE001 - not a communicator: not the same one
+        return False
+
+
+def _check_repeat(rt, comm, process_sets):
+    """init() while initialized: idempotent for the same (or omitted) arguments, an error for
+    different ones, which would otherwise be silently ignored."""
+    if comm is not None and not _same_comm(comm, rt.base):
+        raise InvalidArgumentError("init(comm=...): hvlite is already initialized on another "
+                                   "communicator; call shutdown() first")
+    if process_sets is None:
+        return
     if isinstance(process_sets, str):
         if process_sets != "dynamic":
             raise InvalidArgumentError(f"init(process_sets={process_sets!r}): use a list of "
                                        "process sets or \"dynamic\"")
-        settings = dataclasses.replace(settings, dynamic_process_sets=True)
-        static = None
+        if not rt.dynamic_sets:
+            raise InvalidArgumentError("init(process_sets=\"dynamic\"): hvlite is already "
+                                       "initialized without dynamic process sets; call "
+                                       "shutdown() first")
+        return
+    try:
+        wanted = _set_ranks(process_sets)
+    except Exception as e:      # noqa: BLE001
+        raise InvalidArgumentError(f"init(process_sets=...): {e}") from None
+    if wanted != rt.static_sets:
+        raise InvalidArgumentError(f"init(process_sets={wanted}): hvlite is already initialized "
+                                   f"with process sets {rt.static_sets}; call shutdown() first")
+
+
+def init(comm=None, process_sets=None):
+    """Start hvlite's state on `comm` (an mpi4py communicator; COMM_WORLD by default).
+    Idempotent: a repeated call with the same arguments (or none) returns the running state; one
+    with another communicator or other process sets raises InvalidArgumentError.
+    `process_sets`: ProcessSets (or rank lists) to create now, the same on every
+    rank, or "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1
+    does). Settings are read, then compared across ranks in one collective: a bad value on any
+    rank, or a shared setting that differs, raises ConfigError on every rank."""
+    global _current
+    if _current is not None:
+        _check_repeat(_current, comm, process_sets)
+        return _current
+    settings, sets, problem = _read_arguments(process_sets)
+    MPI = _mpi((settings or _config.Settings()).mpi_thread_level)
+    base = MPI.COMM_WORLD if comm is None else comm
+    _agree(base, MPI, settings, sets, problem)
+    if base.Get_rank() == 0:
+        for name, close in _config.unknown_variables():
+            hint = f"; did you mean {close}?" if close else ""
+            warnings.warn(f"hvlite: {name} is set but hvlite does not read it{hint}",
+                          stacklevel=3)
+    static = process_sets if not isinstance(process_sets, str) else None
     _current = rt = Runtime(comm, settings)
+    rt.static_sets = sets
     _ps.global_process_set.ranks = list(range(rt.size))
     _ps.global_process_set._runtime = weakref.ref(rt)
     try:

@@ -74,131 +74,235 @@ def _dtype_code(x, name, kind):
     return code
 
 
-def submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
-           finish=None, check=None):
-    """Queue one request on the set `st`. `check()` runs the argument checks and returns the
-    codes it found; if it raises, a poisoned request goes out under the same name and this rank
-    re-raises."""
-    name = name or st.auto_name(_KIND[kind])
-    shape = x.shape if x is not None else ()
+def _name(st, kind, name):
+    """(the name to submit under, this rank's complaint about it or None). No name: the set's
+    automatic one. A name that is not a string is submitted as str(name), so the poisoned
+    request meets the other ranks' under the name they most likely used, and the automatic
+    counters stay in step."""
+    if name is None or name == "":
+        return st.auto_name(_KIND[kind]), None
+    if isinstance(name, str):
+        return name, None
+    text = str(name)
+    return text, InvalidArgumentError(f"{_KIND[kind]} {text!r}: the name must be a string, got "
+                                      f"{type(name).__name__}")
+
+
+def _own_error(e, kind, name):
+    """hvlite's exception for whatever rejected this rank's arguments (a NumPy conversion, an
+    int() of a bad value...), naming the collective."""
+    if isinstance(e, (DtypeError, InvalidArgumentError)):
+        return e if repr(name) in str(e) else type(e)(f"{_KIND[kind]} {name!r}: {e}")
+    return InvalidArgumentError(f"{_KIND[kind]} {name!r}: {type(e).__name__}: {e}")
+
+
+def _poison(st, kind, name, error, x=None, root=0):
+    """This rank rejected its arguments: send a poisoned request under `name`, so every other
+    rank's handle for it fails with a MismatchError naming this rank and the problem, then raise
+    `error` here."""
+    try:        # the dtype and shape it would have had, so that only the problem is reported
+        arr = None if x is None else np.asarray(x)
+        if arr is not None and arr.dtype == object:
+            arr = None
+    except Exception:           # noqa: BLE001 - unconvertible: no dtype or shape to report
+        arr = None
+    c = code_of(arr.dtype) if arr is not None else 0
+    shape = arr.shape if arr is not None else ()
+    p = st.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
+                              f"{type(error).__name__}: {error}")
+    if isinstance(p, tuple):
+        raise _exception(*p) from None
+    raise error
+
+
+class Request:
+    """What one rank submits: built by a collective's `prepare(name)`, which converts and checks
+    the arguments (any exception it raises poisons the request)."""
+    __slots__ = ("x", "out", "code", "op", "root", "algo", "splits", "finish")
+
+    def __init__(self, x, out=None, code=0, op=0, root=0, algo=0, splits=None, finish=None):
+        self.x, self.out, self.code, self.op, self.root = x, out, code, op, root
+        self.algo, self.splits, self.finish = algo, splits, finish
+
+
+def submit_prepared(st, kind, name, prepare, raw=None, root=0):
+    """Queue one request on the set `st`; `prepare(name)` returns its Request. If the name or
+    prepare() is rejected, a poisoned request goes out under the same name and this rank raises
+    hvlite's error (`raw`: the argument as given, for the poisoned request's dtype and shape)."""
+    name, problem = _name(st, kind, name)
     try:
-        if check is not None:
-            found = check(name)
-            code, op, algo = found[:3]
-            if len(found) > 3:
-                splits = found[3]
-    except (DtypeError, InvalidArgumentError) as e:
-        c = code_of(x.dtype) if x is not None else 0
-        p = st.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
-                                  f"{type(e).__name__}: {e}")
-        if isinstance(p, tuple):
-            raise _exception(*p) from None
-        raise
-    p = st.coordinator.submit(name, kind, code, op, root, algo, shape, x, out, splits, None)
+        if problem is not None:
+            raise problem
+        r = prepare(name)
+    except Exception as e:      # noqa: BLE001 - whatever this rank rejects, every rank learns
+        error = _own_error(e, kind, name)
+        _poison(st, kind, name, error, raw, root)
+    p = st.coordinator.submit(name, kind, r.code, r.op, r.root, r.algo, r.x.shape if r.x is not
+                              None else (), r.x, r.out, r.splits, None)
     if isinstance(p, tuple):
         raise _exception(*p)
     where = f" (process set {st.id}: ranks are positions in {st.ranks})" if st.id else ""
-    return Handle(p, finish, name, where)
+    return Handle(p, r.finish, name, where)
 
 
-def _contiguous(x):
+def submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
+           finish=None, check=None):
+    """Queue one request on the set `st` for an array already converted. `check(name)` runs the
+    argument checks and returns the codes it found; if it raises, a poisoned request goes out
+    under the same name and this rank re-raises."""
+    def prepare(name):
+        r = Request(x, out, code, op, root, algo, splits, finish)
+        if check is not None:
+            found = check(name)
+            r.code, r.op, r.algo = found[:3]
+            if len(found) > 3:
+                r.splits = found[3]
+        return r
+    return submit_prepared(st, kind, name, prepare, x, root)
+
+
+def _contiguous(x, ndim1=False):
+    """`x` as a C-contiguous NumPy array (at least 1-D with ndim1); a conversion that NumPy
+    refuses (a ragged list, an object it cannot read) raises here, inside prepare()."""
     x = np.asarray(x)
+    if x.dtype == object:
+        raise InvalidArgumentError(f"cannot use a {type(x).__name__} of Python objects as an "
+                                   "array (a ragged list, or elements NumPy cannot convert)")
+    if ndim1 and x.ndim == 0:
+        x = x.reshape(1)
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
-def _allreduce_check(rt, x, op, algorithm, inplace):
-    def check(name):
-        o = int(as_op(op))
-        algo = _algorithm_code(algorithm, rt)
-        code = _dtype_code(x, name, "allreduce")
-        if inplace and not x.flags.writeable:
-            raise InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
-                                       "hvlite.allreduce() for an out-of-place result")
-        return code, o, algo
-    return check
+
+def _rows(result, dtype, tail, rows):
+    """The gathered rows, as an array of shape (rows,) + tail (works for zero-size rows, whose
+    bytes alone cannot say how many rows there were)."""
+    return np.frombuffer(result, dtype=dtype).reshape((rows,) + tail)
+
+
+def _allreduce_check(rt, x, op, algorithm, inplace, name):
+    o = int(as_op(op))
+    algo = _algorithm_code(algorithm, rt)
+    code = _dtype_code(x, name, "allreduce")
+    if inplace and not x.flags.writeable:
+        raise InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
+                                   "hvlite.allreduce() for an out-of-place result")
+    return code, o, algo
 
 
 def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Start reducing the host array `x` across the set's ranks into a new array."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce")
-    x = _contiguous(x)
-    out = np.empty_like(x)
-    return submit(st, ALLREDUCE, name, x, out, finish=lambda p: out,
-                  check=_allreduce_check(rt, x, op, algorithm, False))
+
+    def prepare(name):
+        a = _contiguous(x)
+        out = np.empty_like(a)
+        code, o, algo = _allreduce_check(rt, a, op, algorithm, False, name)
+        return Request(a, out, code, o, 0, algo, finish=lambda p: out)
+    return submit_prepared(st, ALLREDUCE, name, prepare, x)
 
 
 def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Start reducing the NumPy array `x` in place; returns a Handle."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce_")
-    if not isinstance(x, np.ndarray):
-        raise InvalidArgumentError(
-            f"allreduce_: in-place reduction needs a NumPy array, got {type(x).__name__}")
-    if x.flags.c_contiguous:
-        return submit(st, ALLREDUCE, name, x, x, finish=lambda p: x,
-                       check=_allreduce_check(rt, x, op, algorithm, True))
-    work = np.ascontiguousarray(x)
 
-    def finish(p):
-        x[...] = work
-        return x
-    return submit(st, ALLREDUCE, name, work, work, finish=finish,
-                  check=_allreduce_check(rt, x, op, algorithm, True))
+    def prepare(name):
+        if not isinstance(x, np.ndarray):
+            raise InvalidArgumentError(f"allreduce_ {name!r}: in-place reduction needs a NumPy "
+                                       f"array, got {type(x).__name__}")
+        code, o, algo = _allreduce_check(rt, x, op, algorithm, True, name)
+        if x.flags.c_contiguous:
+            return Request(x, x, code, o, 0, algo, finish=lambda p: x)
+        work = np.ascontiguousarray(x)
+
+        def finish(p):
+            x[...] = work
+            return x
+        return Request(work, work, code, o, 0, algo, finish=finish)
+    return submit_prepared(st, ALLREDUCE, name, prepare, x)
 
 
 def allgather_async(x, name=None, process_set=global_process_set):
     """Start concatenating every rank's `x` along the first dimension (which may differ by
     rank), in rank order (within a process set: in the order of its ranks)."""
     st = state_of(runtime.current(), process_set, "allgather")
-    x = _contiguous(x)
-    if x.ndim == 0:
-        x = x.reshape(1)
-    dtype, tail = x.dtype, x.shape[1:]
 
-    def finish(p):
-        return np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
-    return submit(st, ALLGATHER, name, x, finish=finish,
-                  check=lambda n: (_dtype_code(x, n, "allgather"), 0, 0))
+    def prepare(name):
+        a = _contiguous(x, ndim1=True)
+        dtype, tail = a.dtype, a.shape[1:]
+
+        def finish(p):      # result_splits: every rank's row count
+            return _rows(p.take_result(), dtype, tail, sum(p.result_splits))
+        return Request(a, code=_dtype_code(a, name, "allgather"), finish=finish)
+    return submit_prepared(st, ALLGATHER, name, prepare, x)
+
+
+def _root_ok(st, root_rank):
+    ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+    return ok and st.position(int(root_rank)) >= 0
 
 
 def _root(st, root_rank):
     """The root's position in the set (0 for a bad root: the check reports it)."""
-    ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
-    return max(st.position(int(root_rank)), 0) if ok else 0
+    return st.position(int(root_rank)) if _root_ok(st, root_rank) else 0
 
 
-def _root_check(st, x, root_rank, kind, inplace=False):
-    def check(name):
-        code = _dtype_code(x, name, kind)
-        ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
-        if not ok or st.position(int(root_rank)) < 0:
-            where = (f"of this job (0..{st.size - 1})" if st.id == 0 else
-                     f"in process set {st.id} (ranks {st.ranks})")
-            raise InvalidArgumentError(f"{kind} {name!r}: root_rank {root_rank!r} is not a rank "
-                                       f"{where}")
-        if inplace and not x.flags.writeable:
-            raise InvalidArgumentError(f"{kind} {name!r}: the array is read-only")
-        return code, 0, 0
-    return check
+def _root_check(st, x, root_rank, kind, name, inplace=False):
+    code = _dtype_code(x, name, kind)
+    if not _root_ok(st, root_rank):
+        where = (f"of this job (0..{st.size - 1})" if st.id == 0 else
+                 f"in process set {st.id} (ranks {st.ranks})")
+        raise InvalidArgumentError(f"{kind} {name!r}: root_rank {root_rank!r} is not a rank "
+                                   f"{where}")
+    if inplace and not x.flags.writeable:
+        raise InvalidArgumentError(f"{kind} {name!r}: the array is read-only")
+    return code
 
 
 def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
     """Start copying root_rank's `x` to every rank of the set, into a new array. root_rank is
     a global rank (as in Horovod), and must belong to the set."""
     st = state_of(runtime.current(), process_set, "broadcast")
-    x = _contiguous(x)
-    out = np.empty_like(x)
-    return submit(st, BROADCAST, name, x, out, root=_root(st, root_rank), finish=lambda p: out,
-                  check=_root_check(st, x, root_rank, "broadcast"))
+    root = _root(st, root_rank)
+
+    def prepare(name):
+        a = _contiguous(x)
+        out = np.empty_like(a)
+        code = _root_check(st, a, root_rank, "broadcast", name)
+        return Request(a, out, code, 0, root, finish=lambda p: out)
+    return submit_prepared(st, BROADCAST, name, prepare, x, root)
 
 
 def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
     """Start overwriting the NumPy array `x` with root_rank's, in place."""
     st = state_of(runtime.current(), process_set, "broadcast_")
-    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
-        raise InvalidArgumentError("broadcast_: needs a C-contiguous NumPy array")
-    return submit(st, BROADCAST, name, x, x, root=_root(st, root_rank), finish=lambda p: x,
-                  check=_root_check(st, x, root_rank, "broadcast_", inplace=True))
+    root = _root(st, root_rank)
+
+    def prepare(name):
+        if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
+            raise InvalidArgumentError(f"broadcast_ {name!r}: needs a C-contiguous NumPy array, "
+                                       f"got {type(x).__name__}")
+        code = _root_check(st, x, root_rank, "broadcast_", name, inplace=True)
+        return Request(x, x, code, 0, root, finish=lambda p: x)
+    return submit_prepared(st, BROADCAST, name, prepare, x, root)
+
+
+def _splits(splits, n, rows, name):
+    """Row counts per destination, checked: n non-negative integers summing to `rows`."""
+    try:
+        s = np.asarray(splits)
+        if s.dtype == bool or not np.issubdtype(s.dtype, np.integer):
+            raise TypeError
+        s = s.astype(np.int64).ravel()
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"alltoall {name!r}: splits {splits!r} must be {n} integer "
+                                   "row counts") from None
+    if s.size != n or (s < 0).any() or s.sum() != rows:
+        raise InvalidArgumentError(
+            f"alltoall {name!r}: splits {list(map(int, s))} must hold {n} non-negative "
+            f"row counts summing to the first dimension {rows}")
+    return [int(v) for v in s]
 
 
 def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
@@ -206,48 +310,41 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
     process set: to its i-th rank); without splits, equal parts. The result is the received
     rows, in rank order; with splits given, the handle's result is (rows, received_splits)."""
     st = state_of(runtime.current(), process_set, "alltoall")
-    x = _contiguous(x)
-    if x.ndim == 0:
-        x = x.reshape(1)
     n = st.size
-    dtype, tail = x.dtype, x.shape[1:]
     given = splits is not None
 
-    def check(name):
+    def prepare(name):
+        a = _contiguous(x, ndim1=True)
+        dtype, tail = a.dtype, a.shape[1:]
+        code = _dtype_code(a, name, "alltoall")
         sp = None
-        code = _dtype_code(x, name, "alltoall")
         if given:
-            s = np.asarray(splits, dtype=np.int64).ravel()
-            if s.size != n or (s < 0).any() or s.sum() != x.shape[0]:
-                raise InvalidArgumentError(
-                    f"alltoall {name!r}: splits {list(map(int, s))} must hold {n} non-negative "
-                    f"row counts summing to the first dimension {x.shape[0]}")
-            sp = [int(v) for v in s]
-        elif x.shape[0] % n:
-            raise InvalidArgumentError(f"alltoall {name!r}: first dimension {x.shape[0]} does "
+            sp = _splits(splits, n, a.shape[0], name)
+        elif a.shape[0] % n:
+            raise InvalidArgumentError(f"alltoall {name!r}: first dimension {a.shape[0]} does "
                                        f"not split evenly over {n} ranks; pass splits=")
-        return code, 0, 0, sp
 
-    def finish(p):
-        rows = np.frombuffer(p.take_result(), dtype=dtype).reshape((-1,) + tail)
-        return (rows, np.asarray(p.result_splits, dtype=np.int64)) if given else rows
-    return submit(st, ALLTOALL, name, x, check=check, finish=finish)
+        def finish(p):
+            got = np.asarray(p.result_splits, dtype=np.int64)
+            rows = _rows(p.take_result(), dtype, tail, int(got.sum()))
+            return (rows, got) if given else rows
+        return Request(a, None, code, splits=sp, finish=finish)
+    return submit_prepared(st, ALLTOALL, name, prepare, x)
 
 
 def reducescatter_async(x, op=Average, name=None, process_set=global_process_set):
     """Start reducing `x` across the set's ranks and keeping this rank's block of rows (the first
     dimension split into size blocks, the first `rows % size` one row longer)."""
     st = state_of(runtime.current(), process_set, "reducescatter")
-    x = _contiguous(x)
-    if x.ndim == 0:
-        x = x.reshape(1)
     n, r = st.size, st.rank
-    rows = x.shape[0] // n + (1 if r < x.shape[0] % n else 0)
-    out = np.empty((rows,) + x.shape[1:], dtype=x.dtype)
 
-    def check(name):
-        return _dtype_code(x, name, "reducescatter"), int(as_op(op)), 0
-    return submit(st, REDUCESCATTER, name, x, out, check=check, finish=lambda p: out)
+    def prepare(name):
+        a = _contiguous(x, ndim1=True)
+        rows = a.shape[0] // n + (1 if r < a.shape[0] % n else 0)
+        out = np.empty((rows,) + a.shape[1:], dtype=a.dtype)
+        code = _dtype_code(a, name, "reducescatter")
+        return Request(a, out, code, int(as_op(op)), finish=lambda p: out)
+    return submit_prepared(st, REDUCESCATTER, name, prepare, x)
 
 
 def barrier_async(process_set=global_process_set):

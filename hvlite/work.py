@@ -13,6 +13,7 @@ the same. Subclasses say only how to tell whether they are finished (`_ready`), 
 (`_block`), how to read the outcome (`_collect`) and what to let go of afterwards (`_release`).
 Dropping a handle is always safe: the runtime owns what the work reads and writes until it ends.
 """
+import threading
 
 
 class Work:
@@ -119,13 +120,41 @@ class GroupHandle(Composite):
         return self.parts
 
 
-class ChainHandle(Composite):
-    """A collective made of two: the first is in flight; `then(result)` runs the rest."""
+class ChainHandle(Work):
+    """A collective made of two: `then(first's result)` runs the rest (e.g. a second collective
+    sized by the first) and gives the result. It runs on a helper thread as soon as the first
+    has finished, not when this handle is synchronized: had the second step waited for
+    synchronize(), two chains synchronized in different orders on different ranks would each
+    wait for a step the other rank never submits."""
 
-    __slots__ = ()
+    __slots__ = ("_thread", "_outcome")
 
     def __init__(self, first, then):
-        super().__init__([first], lambda results: then(results[0]))
+        super().__init__()
+        self._outcome = None
+
+        def run():
+            try:
+                self._outcome = (True, then(first.synchronize()))
+            except BaseException as e:      # noqa: BLE001 - kept for synchronize()
+                self._outcome = (False, e)
+        self._thread = threading.Thread(target=run, daemon=True, name="hvlite-chain")
+        self._thread.start()
+
+    def _ready(self):
+        return not self._thread.is_alive()
+
+    def _block(self):
+        self._thread.join()
+
+    def _collect(self):
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def _release(self):
+        self._thread = self._outcome = None
 
 
 class Mapped(Composite):

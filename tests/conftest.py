@@ -24,15 +24,27 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
-def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True):
-    """Run `target` (a rank-side pytest file, or a plain script if pytest_module=False) on n ranks."""
+def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True, rank_env=None):
+    """Run `target` (a rank-side pytest file, or a plain script if pytest_module=False) on n ranks.
+    `rank_env`: {rank: {variable: value}}, set on those ranks only (mpiexec's MPMD form: one
+    `-n 1 -env ...` segment per rank), for settings that differ between ranks."""
     mpiexec = mpiexec_path()
     if not mpiexec:
         pytest.fail("no mpiexec found (run `make install`, or set HVLITE_MPIEXEC)")
     path = os.path.join(ROOT, target)
     inner = ([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
               "-rfE", path] if pytest_module else [sys.executable, path])
-    cmd = [mpiexec, "-n", str(n), "-prepend-rank"] + inner + list(args)
+    if rank_env:
+        cmd = [mpiexec, "-prepend-rank"]
+        for r in range(n):
+            if r:
+                cmd.append(":")
+            cmd += ["-n", "1"]
+            for k, v in (rank_env.get(r) or {}).items():
+                cmd += ["-env", k, str(v)]
+            cmd += inner + list(args)
+    else:
+        cmd = [mpiexec, "-n", str(n), "-prepend-rank"] + inner + list(args)
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
@@ -44,11 +56,13 @@ def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd[3:5])} ... on {n} ranks hung: killed after {timeout}s "
-                    f"(env {env or {}}). Output of every rank:\n{out}", pytrace=False)
+        pytest.fail(f"{target} on {n} ranks hung: killed after {timeout}s "
+                    f"(env {env or {}}, per rank {rank_env or {}}). Output of every rank:\n{out}",
+                    pytrace=False)
     if proc.returncode != 0:
         pytest.fail(f"{target} on {n} ranks exited {proc.returncode} after "
-                    f"{time.monotonic() - t0:.1f}s (env {env or {}}). Output of every rank:\n{out}",
+                    f"{time.monotonic() - t0:.1f}s (env {env or {}}, per rank {rank_env or {}}). "
+                    f"Output of every rank:\n{out}",
                     pytrace=False)
     return out
 

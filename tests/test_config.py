@@ -98,3 +98,52 @@ def test_shm_settings():
         load({"HVLITE_SHM_SEGMENT_BYTES": "100"})
     with pytest.raises(ConfigError, match="HVLITE_SHM.*boolean"):
         load({"HVLITE_SHM": "sometimes"})
+
+
+def test_every_setting_is_classified_as_per_rank_or_agreed():
+    """A new field must be put on one side: either every rank must share it (init() compares it)
+    or it may differ per rank."""
+    import dataclasses
+    from hvlite.config import AGREED, PER_RANK
+    names = {f.name for f in dataclasses.fields(Settings)}
+    assert PER_RANK <= names and AGREED <= names and not PER_RANK & AGREED
+    assert PER_RANK | AGREED == names
+    for must in ("segment_bytes", "fusion_threshold", "fusion_tensor_limit", "cache_capacity",
+                 "probe", "shm", "shm_segment_bytes", "shm_redundant_bytes", "mpi_thread_level",
+                 "allreduce_algorithm", "local_size", "check_agreement", "dynamic_process_sets"):
+        assert must in AGREED, must
+    for free in ("timeline", "timeline_all_ranks", "log_level", "autotune_log"):
+        assert free in PER_RANK, free
+
+
+def test_agreed_values_and_disagreement_messages():
+    from hvlite.config import agreed_values, disagreements
+    a = agreed_values(load({}))
+    b = agreed_values(load({"HVLITE_SEGMENT_BYTES": "4096", "HVLITE_LOG_LEVEL": "debug"}))
+    assert "HVLITE_LOG_LEVEL" not in a and a["HVLITE_SEGMENT_BYTES"] == 262144
+    assert disagreements([a, a, a]) == []
+    msgs = disagreements([a, b, a])
+    assert msgs == ["HVLITE_SEGMENT_BYTES: rank 0: 262144, rank 1: 4096, rank 2: 262144"]
+    many = disagreements([a] * 10 + [b])
+    assert len(many) == 1 and "3 more ranks" in many[0]
+
+
+@pytest.mark.parametrize("var", ["HVLITE_CYCLE_TIME", "HVLITE_STALL_CHECK_TIME_SECONDS",
+                                 "HVLITE_STALL_SHUTDOWN_TIME_SECONDS", "HVLITE_PS_TIMEOUT",
+                                 "HVLITE_GAMMA", "HOROVOD_CYCLE_TIME"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300"])
+def test_numbers_must_be_finite(var, value):
+    with pytest.raises(ConfigError) as info:
+        load({var: value})
+    assert var in str(info.value) and "finite" in str(info.value)
+
+
+def test_unknown_variables_are_named_with_the_closest_known_one():
+    from hvlite.config import unknown_variables
+    env = {"HVLITE_SEGMENT_BYTE": "1", "HOROVOD_FUSION_THRESHOLDS": "1", "HVLITE_QQQQQQQQQQQQQQQQ": "1",
+           "HVLITE_SEGMENT_BYTES": "4096", "HOROVOD_CYCLE_TIME": "1", "HVLITE_MPIEXEC": "x",
+           "HVLITE_BUILD_JOBS": "2", "HVLITE_SANITIZE": "1", "HVLITE_TEST_DROPS": "5",
+           "HOROVOD_STALL_CHECK_DISABLE": "1", "PATH": "/bin"}
+    assert unknown_variables(env) == [("HOROVOD_FUSION_THRESHOLDS", "HOROVOD_FUSION_THRESHOLD"),
+                                      ("HVLITE_QQQQQQQQQQQQQQQQ", None),
+                                      ("HVLITE_SEGMENT_BYTE", "HVLITE_SEGMENT_BYTES")]

@@ -37,10 +37,16 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
 
 cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows) noexcept nogil:
+    cdef vector[int64_t] all_rows
+    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows)
+
+
+cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
+                    char** result, int64_t* total_rows, vector[int64_t]& all_rows) noexcept nogil:
+    """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace)."""
     cdef int n = 0, err
     cdef size_t i
     MPI_Comm_size(comm, &n)
-    cdef vector[int64_t] all_rows
     cdef vector[int] counts, displs
     all_rows.resize(n)
     err = MPI_Allgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm)
@@ -141,8 +147,8 @@ cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil:
     # allgather and alltoall: the first dimension is this rank's own, not the response's
     if c == C_ALLGATHER:
         if req != NULL:
-            err = run_allgather(comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
-                                row_bytes, &req.result, &req.result_rows)
+            err = _allgather(comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
+                             row_bytes, &req.result, &req.result_rows, req.result_splits)
             req.result_rows *= <int64_t>row_bytes
         else:
             tmp = NULL

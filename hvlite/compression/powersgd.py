@@ -12,9 +12,10 @@ on every rank (DistributedOptimizer does).
 import numpy as np
 
 from hvlite import collectives
-from hvlite.compression.base import Compressor, Then, seed_of
+from hvlite.compression.base import Compressor, seed_of
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Sum
+from hvlite.work import ChainHandle
 
 
 def orthogonalize(p):
@@ -92,4 +93,6 @@ class PowerSGD(Compressor):
             if op == Sum:
                 approx *= n
             return approx.astype(x.dtype).reshape(x.shape)
-        return Then([h], finish)
+        # the Q step goes out when P's finishes, not at synchronize(): handles stay free to be
+        # synchronized in any order on each rank
+        return ChainHandle(h, lambda r: finish([r]))

@@ -87,12 +87,15 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
     ps = global_process_set if process_set is None else process_set
     what = _WHAT[kind] + ("_" if inplace else "")
     st = state_of(rt, ps, what)
-    name = name or st.auto_name(_WHAT[kind])
+    bad_name = name is not None and name != "" and not isinstance(name, str)
+    name = st.auto_name(_WHAT[kind]) if name is None or name == "" else str(name)   # as the host path
     be = backend_for(x)
     arr, restore = be.wrap(x)
     xp, eng = be.xp, be.engine
     problem, code, o, root = None, 0, 0, 0
     try:
+        if bad_name:
+            raise InvalidArgumentError(f"{what} {name!r}: the name must be a string")
         code = _host.code_of(np.dtype(arr.dtype))
         if code < 0:
             raise DtypeError(f"{what} {name!r}: unsupported dtype {arr.dtype} on the device; "

@@ -87,6 +87,15 @@ except hvd.DtypeError as e:
 except hvd.InvalidArgumentError as e:
     if r == 1 or "rank(s) [1]" not in str(e):
         fails.append(f"wrong error: {e}")
+# a name that is not a string, on one rank: hvlite's error there, and the others learn of it
+try:
+    hvd.allreduce(device(data(r)), name=5 if r == 1 else "5")
+    fails.append("an int name accepted")
+except hvd.InvalidArgumentError as e:
+    if (r == 1 and "must be a string" not in str(e)) or (r != 1 and "rank(s) [1]" not in str(e)):
+        fails.append(f"int name: {e}")
+except Exception as e:  # noqa: BLE001 - a raw error is the bug
+    fails.append(f"int name: {type(e).__name__}: {e}")
 # device collectives submitted in different orders: a clear error everywhere, no hang
 a = hvd.allreduce_async(device(data(r)), name="first" if r % 2 == 0 else "second")
 b = hvd.allreduce_async(device(data(r)), name="second" if r % 2 == 0 else "first")
