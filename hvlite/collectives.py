@@ -100,8 +100,14 @@ def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None,
     st = state_of(runtime.current(), process_set, "grouped_allreduce")
     base = st.auto_name("grouped_allreduce") if name is None or name == "" else str(name)
     if isinstance(tensors, np.ndarray) or not isinstance(tensors, (list, tuple)):
-        raise InvalidArgumentError(f"grouped_allreduce {base!r}: needs a list of arrays, got "
-                                   f"{type(tensors).__name__}")
+        # The others' first part fails too (a part count is not known here: parts after the
+        # first are left to the stall check, which names them).
+        error = InvalidArgumentError(f"grouped_allreduce {base!r}: needs a list of arrays, got "
+                                     f"{type(tensors).__name__}")
+
+        def reject(_name):
+            raise error
+        host.submit(st, host.ALLREDUCE, f"{base}.0", None, check=reject)
     handles, first = [], None
     for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank
         try:                            # is left waiting for the parts after a bad one

@@ -97,9 +97,20 @@ def _grouped_allreduce_async(tensors, average, name, op, pre, post, process_set,
                              compression=None):
     op = B.resolve_op(op, average, "grouped_allreduce")
     base = B.group_base(name, "grouped_allreduce")
+    if not isinstance(tensors, (list, tuple)):      # a lone tensor would split into rows
+        B.poisoned(_coll.ALLREDUCE, f"{base}.0", InvalidArgumentError(
+            f"grouped_allreduce {base!r}: needs a list of tensors, got {type(tensors).__name__}"),
+            process_set)
     start = allreduce_async_ if inplace else allreduce_async
-    return B.GroupHandle([start(t, None, f"{base}.{i}", op, pre, post, process_set, compression)
-                          for i, t in enumerate(tensors)])
+    handles, first = [], None
+    for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
+        try:                            # left waiting for the parts after a bad one
+            handles.append(start(t, None, f"{base}.{i}", op, pre, post, process_set, compression))
+        except Exception as e:          # noqa: BLE001 - raised once every part is out
+            first = first or e
+    if first is not None:
+        raise first
+    return B.GroupHandle(handles)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -257,6 +257,11 @@ def test_error_types():
                                                  name="bad.splits"), ValueError, ValueError),
         ("allgather tail", lambda: hvd.allgather(torch.ones(1, RANK + 1), name="bad.tail"),
          RuntimeError, RuntimeError),
+        ("int name (one rank)", lambda: hvd.allreduce(torch.ones(2), name=5 if RANK == 0 else "5"),
+         ValueError, RuntimeError),
+        ("grouped given a tensor (one rank)", lambda: hvd.grouped_allreduce(
+            torch.ones(3) if RANK == 0 else [torch.ones(3)], name="bad.glist"),
+         ValueError, RuntimeError),
     ]
     for what, fn, mine, others in cases:
         e = _kind(fn)
