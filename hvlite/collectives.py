@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 
 from hvlite import runtime, submit as host
-from hvlite.errors import InvalidArgumentError
+from hvlite.errors import InvalidArgumentError, ShutdownError
 from hvlite.gpu.arrays import is_device_array
 from hvlite.ops import Average
 from hvlite.process_sets import global_process_set, state_of
@@ -232,6 +232,13 @@ def _pickled(obj, st, kind, name, root=0):
 _KIND_NAMES = {BROADCAST: "broadcast_object", ALLGATHER: "allgather_object"}
 
 
+def _same_runtime(rt, what):
+    """A chain's second step goes to the runtime its first went to: after a shutdown (and a
+    re-init) meanwhile it fails instead of landing in the new one."""
+    if runtime._current is not rt:
+        raise ShutdownError(f"{what}: hvlite was shut down before the second step went out")
+
+
 def broadcast_object_async(obj, root_rank=0, name=None, process_set=global_process_set):
     rt = runtime.current()
     st = state_of(rt, process_set, "broadcast_object")
@@ -242,6 +249,7 @@ def broadcast_object_async(obj, root_rank=0, name=None, process_set=global_proce
                             name + ".size", process_set)
 
     def then(size):
+        _same_runtime(rt, f"broadcast_object {name!r}")
         got = broadcast(data if mine else np.empty(int(size[0]), np.uint8), root_rank,
                         name + ".data", process_set)
         return obj if mine else pickle.loads(got.tobytes())
@@ -254,12 +262,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object_async(obj, name=None, process_set=global_process_set):
-    st = state_of(runtime.current(), process_set, "allgather_object")
+    rt = runtime.current()
+    st = state_of(rt, process_set, "allgather_object")
     name = _object_name(st, "allgather_object", name)
     data = _pickled(obj, st, ALLGATHER, name)
     first = allgather_async(np.array([data.size], np.int64), name + ".size", process_set)
 
     def then(sizes):
+        _same_runtime(rt, f"allgather_object {name!r}")
         blob = allgather(data, name + ".data", process_set).tobytes()
         out, off = [], 0
         for s in sizes:
