@@ -53,3 +53,28 @@ def test_user_communicator():
     finally:
         hvd.shutdown()
         half.Free()
+
+
+def test_object_handle_across_shutdown_and_reinit():
+    """An object collective pending at shutdown fails with ShutdownError (or had finished with
+    the right object); its second step never lands in the runtime started after it."""
+    fails = []
+    for i in range(10):
+        hvd.init()
+        h = hvd.broadcast_object_async({"i": i}, 0, name=f"across.{i}")
+        hvd.shutdown()
+        hvd.init()
+        try:
+            got = h.synchronize()
+            if got != {"i": i}:
+                fails.append(f"round {i}: {got!r}")
+        except hvd.ShutdownError:
+            pass
+        except Exception as e:  # noqa: BLE001 - any other outcome is the failure
+            fails.append(f"round {i}: {type(e).__name__}: {e}")
+        got = hvd.allreduce(np.ones(2), op=hvd.Sum, name=f"after.{i}")
+        if not np.array_equal(got, np.full(2, float(hvd.size()))):
+            fails.append(f"round {i}: allreduce after re-init {got}")
+        hvd.shutdown()
+    hvd.init()
+    assert_everywhere(fails)
