@@ -55,39 +55,35 @@ static inline double hv_maxd(double x, double y) {
     return f;
 }
 
-/* The same rule on whole vectors: MIN/MAX instructions return their second operand for equal
- * values and NaN, so the equal lanes then OR (Min) / AND (Max) in the first operand's bits, and
- * NaN lanes take the default NaN. x86-64 always has SSE2; AVX, where the CPU has it, does twice
- * the lanes per instruction (GCC does not vectorize the scalar form for doubles without AVX). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(HVLITE_NO_SIMD_MINMAX)
+/* The same rule on whole vectors. MIN/MAX instructions return their second operand for equal
+ * values and NaN, so taking them both ways round and OR-ing (Min) / AND-ing (Max) the two gives
+ * x | y / x & y on equal lanes and the plain minimum/maximum elsewhere; NaN lanes then take the
+ * default NaN. x86-64 always has SSE2; AVX, where the CPU has it, does twice the lanes per
+ * instruction (GCC does not vectorize the scalar form for doubles without AVX). */
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define HV_MINMAX_VEC(NAME, V, ATTR, MIN, MAX, EQ, UN, AND, OR, ANDNOT, QNAN) \
+#define HV_MINMAX_VEC(NAME, V, ATTR, MIN, MAX, UN, AND, OR, SELECT, QNAN) \
 ATTR static inline V NAME##_min(V x, V y) { \
-    V r = OR(MIN(x, y), AND(EQ(x, y), x));      /* equal: x | y (-0 wins) */ \
-    V un = UN(x, y); \
-    return OR(ANDNOT(un, r), AND(un, QNAN)); \
+    return SELECT(OR(MIN(x, y), MIN(y, x)), QNAN, UN(x, y)); \
 } \
 ATTR static inline V NAME##_max(V x, V y) { \
-    V r = MAX(x, y); \
-    r = ANDNOT(ANDNOT(x, EQ(x, y)), r);         /* equal: x & y (+0 wins) */ \
-    V un = UN(x, y); \
-    return OR(ANDNOT(un, r), AND(un, QNAN)); \
+    return SELECT(AND(MAX(x, y), MAX(y, x)), QNAN, UN(x, y)); \
 }
 #define HV_AVX __attribute__((target("avx")))
-#define HV_EQ8(x, y) _mm256_cmp_ps(x, y, _CMP_EQ_OQ)
 #define HV_UN8(x, y) _mm256_cmp_ps(x, y, _CMP_UNORD_Q)
-#define HV_EQ4D(x, y) _mm256_cmp_pd(x, y, _CMP_EQ_OQ)
 #define HV_UN4D(x, y) _mm256_cmp_pd(x, y, _CMP_UNORD_Q)
-HV_MINMAX_VEC(hv_f32x4, __m128, , _mm_min_ps, _mm_max_ps, _mm_cmpeq_ps, _mm_cmpunord_ps,
-              _mm_and_ps, _mm_or_ps, _mm_andnot_ps, _mm_castsi128_ps(_mm_set1_epi32((int)HV_F32_QNAN)))
-HV_MINMAX_VEC(hv_f64x2, __m128d, , _mm_min_pd, _mm_max_pd, _mm_cmpeq_pd, _mm_cmpunord_pd,
-              _mm_and_pd, _mm_or_pd, _mm_andnot_pd, _mm_castsi128_pd(_mm_set1_epi64x((long long)HV_F64_QNAN)))
-HV_MINMAX_VEC(hv_f32x8, __m256, HV_AVX, _mm256_min_ps, _mm256_max_ps, HV_EQ8, HV_UN8,
-              _mm256_and_ps, _mm256_or_ps, _mm256_andnot_ps,
-              _mm256_castsi256_ps(_mm256_set1_epi32((int)HV_F32_QNAN)))
-HV_MINMAX_VEC(hv_f64x4, __m256d, HV_AVX, _mm256_min_pd, _mm256_max_pd, HV_EQ4D, HV_UN4D,
-              _mm256_and_pd, _mm256_or_pd, _mm256_andnot_pd,
-              _mm256_castsi256_pd(_mm256_set1_epi64x((long long)HV_F64_QNAN)))
+#define HV_SELECT4(a, b, m) _mm_or_ps(_mm_andnot_ps(m, a), _mm_and_ps(m, b))
+#define HV_SELECT2D(a, b, m) _mm_or_pd(_mm_andnot_pd(m, a), _mm_and_pd(m, b))
+#define HV_SELECT8(a, b, m) _mm256_or_ps(_mm256_andnot_ps(m, a), _mm256_and_ps(m, b))
+#define HV_SELECT4D(a, b, m) _mm256_or_pd(_mm256_andnot_pd(m, a), _mm256_and_pd(m, b))
+HV_MINMAX_VEC(hv_f32x4, __m128, , _mm_min_ps, _mm_max_ps, _mm_cmpunord_ps, _mm_and_ps, _mm_or_ps,
+              HV_SELECT4, _mm_castsi128_ps(_mm_set1_epi32((int)HV_F32_QNAN)))
+HV_MINMAX_VEC(hv_f64x2, __m128d, , _mm_min_pd, _mm_max_pd, _mm_cmpunord_pd, _mm_and_pd, _mm_or_pd,
+              HV_SELECT2D, _mm_castsi128_pd(_mm_set1_epi64x((long long)HV_F64_QNAN)))
+HV_MINMAX_VEC(hv_f32x8, __m256, HV_AVX, _mm256_min_ps, _mm256_max_ps, HV_UN8, _mm256_and_ps,
+              _mm256_or_ps, HV_SELECT8, _mm256_castsi256_ps(_mm256_set1_epi32((int)HV_F32_QNAN)))
+HV_MINMAX_VEC(hv_f64x4, __m256d, HV_AVX, _mm256_min_pd, _mm256_max_pd, HV_UN4D, _mm256_and_pd,
+              _mm256_or_pd, HV_SELECT4D, _mm256_castsi256_pd(_mm256_set1_epi64x((long long)HV_F64_QNAN)))
 static inline int hv_cpu_avx(void) {
     static int known = -1;
     if (known < 0) known = __builtin_cpu_supports("avx");
@@ -108,9 +104,11 @@ HV_MINMAX_LOOP(hv_min_f32_avx, float, HV_AVX, hv_f32x8_min, 8, _mm256_loadu_ps, 
 HV_MINMAX_LOOP(hv_max_f32_avx, float, HV_AVX, hv_f32x8_max, 8, _mm256_loadu_ps, _mm256_storeu_ps)
 HV_MINMAX_LOOP(hv_min_f64_avx, double, HV_AVX, hv_f64x4_min, 4, _mm256_loadu_pd, _mm256_storeu_pd)
 HV_MINMAX_LOOP(hv_max_f64_avx, double, HV_AVX, hv_f64x4_max, 4, _mm256_loadu_pd, _mm256_storeu_pd)
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(HVLITE_NO_SIMD_MINMAX)
 #define HV_VEC_START(OP, SUFFIX) (hv_cpu_avx() ? hv_##OP##_##SUFFIX##_avx(a, b, n) : hv_##OP##_##SUFFIX##_sse(a, b, n))
 #else
-#define HV_VEC_START(OP, SUFFIX) 0
+#define HV_VEC_START(OP, SUFFIX) 0     /* the scalar loop does it all */
 #endif
 
 /* a[i] = op(a[i], b[i]); a and b never overlap (reduce_into's contract). */
