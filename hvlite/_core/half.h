@@ -5,6 +5,7 @@
 #define HVLITE_HALF_H
 #include <stdint.h>
 #include <string.h>
+#include "minmax.h"
 
 static inline float hv_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t hv_float_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -48,8 +49,8 @@ static inline uint16_t hv_float_to_half(float f) {
 #endif
 /* float16 with the F16C instructions, 8 at a time; the callers finish the tail with the scalar
  * code. The same conversions (round to nearest even) and the same float32 arithmetic as the
- * scalar path, so the bits agree; Min/Max keep the first operand unless the second compares
- * strictly smaller/larger, as the scalar loop does (NaN and signed zeros included). Without F16C
+ * scalar path, so the bits agree; Min/Max follow minmax.h's rule on 8 lanes (any NaN gives the
+ * default quiet NaN, which narrows to the 16-bit default; -0 below +0). Without F16C
  * the compiler would call a library routine per conversion: ~10x slower than float32. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(HVLITE_NO_F16C)
 #include <immintrin.h>
@@ -68,8 +69,8 @@ static size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int 
         __m256 r;
         if (op == 0) r = _mm256_add_ps(x, y);
         else if (op == 4) r = _mm256_mul_ps(x, y);
-        else if (op == 2) r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_LT_OQ));
-        else r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_GT_OQ));
+        else if (op == 2) r = hv_f32x8_min(x, y);
+        else r = hv_f32x8_max(x, y);
         _mm_storeu_si128((__m128i*)(a + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     return i;
@@ -113,8 +114,8 @@ static size_t hv_bf16_reduce_avx2(uint16_t* a, const uint16_t* b, size_t n, int 
         __m256 x = hv_bf16x8_load(a + i), y = hv_bf16x8_load(b + i), r;
         if (op == 0) r = _mm256_add_ps(x, y);
         else if (op == 4) r = _mm256_mul_ps(x, y);
-        else if (op == 2) r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_LT_OQ));
-        else r = _mm256_blendv_ps(x, y, _mm256_cmp_ps(y, x, _CMP_GT_OQ));
+        else if (op == 2) r = hv_f32x8_min(x, y);
+        else r = hv_f32x8_max(x, y);
         hv_bf16x8_store(a + i, r);
     }
     return i;

@@ -2,21 +2,22 @@
 
 Standard types map to MPI's predefined datatypes and ops. float16 and bfloat16 have no portable
 MPI type, so they travel as 2-byte contiguous types with user-defined ops that call hvlite's own
-kernels. Counts above INT_MAX go in pieces.
+kernels. Min and Max on float32/float64 use user-defined ops too: MPI_MIN/MPI_MAX leave NaN and
+the sign of zero to the library's reduction order, and ranks then disagree; hvlite's kernels give
+the same bits in any order, as every other algorithm does. Counts above INT_MAX go in pieces.
 """
 from libc.stdint cimport uint16_t
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.reduce cimport *
-from hvlite._core.codes cimport *
 
 cdef enum:
     PIECE_ELEMS = 1 << 30
 
 cdef bint _ready = False
 cdef MPI_Datatype _half_types[2]      # float16, bfloat16
-cdef MPI_Op _half_ops[4]              # indexed by OP_SUM, unused, OP_MIN, OP_MAX, OP_PRODUCT -> see _opslot
+cdef MPI_Op _user_ops[4]              # Sum, Min, Max, Product (see _opslot); they call reduce_into
 
 
 cdef inline int _opslot(int op) noexcept nogil:
@@ -29,8 +30,16 @@ cdef inline int _opslot(int op) noexcept nogil:
     return 3
 
 
+cdef inline int _dtype_of(MPI_Datatype dt) noexcept nogil:
+    if dt == MPI_FLOAT:
+        return DT_FLOAT32
+    if dt == MPI_DOUBLE:
+        return DT_FLOAT64
+    return DT_FLOAT16 if dt == _half_types[0] else DT_BFLOAT16
+
+
 cdef inline void _apply(void* invec, void* inout, int* n, MPI_Datatype* dt, int op) noexcept nogil:
-    reduce_into(inout, invec, <size_t>n[0], DT_FLOAT16 if dt[0] == _half_types[0] else DT_BFLOAT16, op)
+    reduce_into(inout, invec, <size_t>n[0], _dtype_of(dt[0]), op)
 
 cdef void _sum(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
     _apply(a, b, n, dt, OP_SUM)
@@ -48,17 +57,18 @@ cdef int _setup() noexcept nogil:
     for i in range(2):
         err = err or MPI_Type_contiguous(2, MPI_BYTE, &_half_types[i])
         err = err or MPI_Type_commit(&_half_types[i])
-    err = err or MPI_Op_create(_sum, 1, &_half_ops[0])
-    err = err or MPI_Op_create(_min, 1, &_half_ops[1])
-    err = err or MPI_Op_create(_max, 1, &_half_ops[2])
-    err = err or MPI_Op_create(_prod, 1, &_half_ops[3])
+    err = err or MPI_Op_create(_sum, 1, &_user_ops[0])
+    err = err or MPI_Op_create(_min, 1, &_user_ops[1])
+    err = err or MPI_Op_create(_max, 1, &_user_ops[2])
+    err = err or MPI_Op_create(_prod, 1, &_user_ops[3])
     if not err:
         _ready = True
     return err
 
 
 cdef int ensure_half_ops() noexcept nogil:
-    """Create the float16/bfloat16 types and ops once (only the coordinator thread calls MPI)."""
+    """Create the float16/bfloat16 types and the user-defined ops once (only the coordinator
+    thread calls MPI)."""
     if _ready:
         return 0
     return _setup()
@@ -81,7 +91,9 @@ cdef MPI_Datatype mpi_type(int dt) noexcept nogil:
 
 cdef MPI_Op mpi_op(int dt, int op) noexcept nogil:
     if dt == DT_FLOAT16 or dt == DT_BFLOAT16:
-        return _half_ops[_opslot(op)]
+        return _user_ops[_opslot(op)]
+    if (dt == DT_FLOAT32 or dt == DT_FLOAT64) and (op == OP_MIN or op == OP_MAX):
+        return _user_ops[_opslot(op)]
     if op == OP_SUM: return MPI_SUM
     if op == OP_MIN: return MPI_MIN
     if op == OP_MAX: return MPI_MAX

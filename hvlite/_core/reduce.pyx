@@ -1,6 +1,8 @@
 """Typed reduction kernels: one loop per (dtype, op), written so the C compiler vectorizes them.
 
 Integer arithmetic wraps (the module is compiled with -fwrapv), as NumPy's and MPI's do.
+Float Min/Max (minmax.h) propagate NaN as NumPy's minimum/maximum do, as the default quiet NaN, and
+order -0 below +0, so their bits never depend on the order operands are combined in.
 """
 from libc.stdint cimport (int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t,
                           INT8_MAX, INT8_MIN, UINT8_MAX, INT16_MAX, INT16_MIN, UINT16_MAX,
@@ -21,6 +23,14 @@ cdef extern from "half.h" nogil:
     size_t hv_bf16_divide_avx2(uint16_t* a, size_t n, float d)
     float hv_bf16_to_float(uint16_t)
     uint16_t hv_float_to_bf16(float)
+
+cdef extern from "minmax.h" nogil:
+    float hv_minf(float, float)
+    float hv_maxf(float, float)
+    void hv_min_f32(float* a, const float* b, size_t n)
+    void hv_max_f32(float* a, const float* b, size_t n)
+    void hv_min_f64(double* a, const double* b, size_t n)
+    void hv_max_f64(double* a, const double* b, size_t n)
 
 ctypedef fused num_t:
     int8_t
@@ -43,6 +53,16 @@ cdef inline void _native(num_t* a, const num_t* b, size_t n, int op) noexcept no
     elif op == OP_PRODUCT:
         for i in range(n):
             a[i] = a[i] * b[i]
+    elif num_t is float:
+        if op == OP_MIN:
+            hv_min_f32(a, b, n)
+        elif op == OP_MAX:
+            hv_max_f32(a, b, n)
+    elif num_t is double:
+        if op == OP_MIN:
+            hv_min_f64(a, b, n)
+        elif op == OP_MAX:
+            hv_max_f64(a, b, n)
     elif op == OP_MIN:
         for i in range(n):
             a[i] = b[i] if b[i] < a[i] else a[i]
@@ -72,9 +92,9 @@ cdef inline void _half(uint16_t* a, const uint16_t* b, size_t n, int op, bint br
         elif op == OP_PRODUCT:
             x = x * y
         elif op == OP_MIN:
-            x = y if y < x else x
+            x = hv_minf(x, y)
         else:
-            x = y if y > x else x
+            x = hv_maxf(x, y)
         a[i] = hv_float_to_bf16(x) if brain else hv_float_to_half(x)
 
 

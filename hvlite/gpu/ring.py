@@ -11,9 +11,33 @@ import numpy as np
 from hvlite.ops import ReduceOp
 
 
+_UINT = {2: "uint16", 4: "uint32", 8: "uint64"}
+_DEFAULT_NAN = {"float16": 0x7E00, "float32": 0x7FC00000, "float64": 0x7FF8000000000000}
+
+
+def _minmax(xp, op):
+    """Min/Max with the core's rule (_core/minmax.h), so device and host agree bitwise: NaN
+    propagates as the default quiet NaN, -0 is below +0 whatever the operands' order."""
+    base = xp.minimum if op == ReduceOp.Min else xp.maximum
+
+    def reduce(a, b, out):
+        if a.dtype.name not in _DEFAULT_NAN:
+            return base(a, b, out=out)
+        uint = getattr(xp, _UINT[a.dtype.itemsize])
+        ai, bi = a.view(uint), b.view(uint)
+        bits = base(a, b).view(uint)
+        bits = xp.where(a == b, (ai | bi) if op == ReduceOp.Min else (ai & bi), bits)
+        bits = xp.where(xp.isnan(a) | xp.isnan(b), uint(_DEFAULT_NAN[a.dtype.name]), bits)
+        out[...] = bits.view(a.dtype)
+        return out
+    return reduce
+
+
 def _reducer(xp, op):
-    return {ReduceOp.Sum: xp.add, ReduceOp.Average: xp.add, ReduceOp.Min: xp.minimum,
-            ReduceOp.Max: xp.maximum, ReduceOp.Product: xp.multiply}[ReduceOp(op)]
+    op = ReduceOp(op)
+    if op in (ReduceOp.Min, ReduceOp.Max):
+        return _minmax(xp, op)
+    return {ReduceOp.Sum: xp.add, ReduceOp.Average: xp.add, ReduceOp.Product: xp.multiply}[op]
 
 
 def bounds(count, n):

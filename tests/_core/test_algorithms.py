@@ -75,3 +75,10 @@ def test_shm_segment_does_not_outlive_a_killed_rank(mpirun, tmp_path):
     assert len(pids) == 2, str(info.value)
     left = [e for e in os.listdir("/dev/shm") if e.startswith("hvlite-") and e.split("-")[1] in pids]
     assert not left, f"left in /dev/shm after a killed rank: {left}"
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_minmax_nan_and_signed_zeros(mpirun, n):
+    """Min/Max of floats with NaN, infinities and signed zeros spread over the ranks: the
+    documented rule's bits, identical on every rank, on every algorithm and MPI's own."""
+    mpirun(n, "tests/_core/mpi_minmax.py", timeout=240)

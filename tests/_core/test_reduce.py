@@ -1,7 +1,10 @@
 """The reduction kernels against NumPy, element for element, in one process."""
+import itertools
+
 import numpy as np
 import pytest
 
+import minmax_rule
 from hvlite._core.dtypes import NAMES, code_of, size_of, supported_names
 from hvlite._core.reduce import divide_array, reduce_arrays
 
@@ -77,7 +80,8 @@ def test_float16_vector_path_edges(op, n):
     a = rng.choice(edges, n).astype(h)
     b = rng.choice(edges, n).astype(h)
     with np.errstate(all="ignore"):
-        want = OPS[op](a, b).astype(h)
+        # Min/Max: NumPy's answer, with -0 below +0 (minmax_rule: NumPy keeps its first argument).
+        want = minmax_rule.pair(a, b, op) if op in (2, 3) else OPS[op](a, b).astype(h)
         got = a.copy()
         reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(np.dtype(h)), op)
     ok = (got.tobytes() == want.tobytes()) or (np.isnan(want).any() and np.array_equal(
@@ -96,11 +100,8 @@ def test_bfloat16_vector_path_edges(op, n):
     a = rng.choice(edges, n).astype(BF16)
     b = rng.choice(edges, n).astype(BF16)
     x, y = a.astype(np.float32), b.astype(np.float32)
-    # Min/Max keep the first operand unless the second is strictly smaller/larger (the kernels'
-    # rule for every dtype; it decides between +0 and -0, where NumPy's SIMD minimum differs).
-    ref = {2: lambda: np.where(y < x, y, x), 3: lambda: np.where(y > x, y, x)}
     with np.errstate(all="ignore"):
-        want = (ref[op]() if op in ref else OPS[op](x, y)).astype(BF16)
+        want = minmax_rule.pair(a, b, op) if op in (2, 3) else OPS[op](x, y).astype(BF16)
         got = a.copy()
         reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(BF16), op)
     nan = np.isnan(want.astype(np.float32))
@@ -114,3 +115,61 @@ def test_bfloat16_divide_vector_path():
         got = a.copy()
         divide_array(got.view(np.uint8), code_of(BF16), d)
         assert got.tobytes() == (a.astype(np.float32) / np.float32(d)).astype(BF16).tobytes()
+
+
+FLOATS = [BF16, np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
+
+
+def special_sample(dtype, n, seed):
+    """Mostly NaN, infinities and signed zeros, with some ordinary values and NaNs of other
+    sign and payload, in every pairing (n covers the vector loops and their scalar tails)."""
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -1.5, 3.0], np.float64)
+    rng = np.random.default_rng(seed)
+    x = rng.choice(specials, n).astype(dtype)
+    bits = x.view(minmax_rule.UINT[dtype.itemsize])
+    odd_nan = rng.random(n) < 0.1          # a NaN with its lowest mantissa bit set too
+    bits[odd_nan] = minmax_rule.default_nan(dtype).view(bits.dtype) | bits.dtype.type(1)
+    return x
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("op", [2, 3], ids=["Min", "Max"])
+@pytest.mark.parametrize("n", [1, 7, 37, 1029])
+def test_minmax_nan_and_signed_zeros(dtype, op, n):
+    """NaN propagates as NumPy's minimum/maximum do, as the default quiet NaN; -0 is below +0;
+    every other element is NumPy's answer bit for bit."""
+    a, b = special_sample(dtype, n, 1 + n), special_sample(dtype, n, 2 + n)
+    got = a.copy()
+    reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(dtype), op)
+    want = minmax_rule.pair(a, b, op)
+    assert got.tobytes() == want.tobytes(), (a[:8], b[:8], got[:8], want[:8])
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    numpy = (np.minimum if op == 2 else np.maximum)(x, y)
+    assert np.array_equal(np.isnan(got.astype(np.float64)), np.isnan(numpy))
+    assert np.array_equal(got.astype(np.float64), numpy, equal_nan=True)
+    nonzero = ~((x == 0) & (y == 0))
+    assert np.array_equal(np.signbit(got.astype(np.float64))[nonzero & ~np.isnan(numpy)],
+                          np.signbit(numpy)[nonzero & ~np.isnan(numpy)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("op", [2, 3], ids=["Min", "Max"])
+def test_minmax_bits_do_not_depend_on_order(dtype, op):
+    """kernel(a, b) and kernel(b, a) give the same bits, and so do all orders of three inputs:
+    the property that lets every algorithm and MPI's own reduction agree."""
+    n = 1029
+    inputs = [special_sample(dtype, n, 10 + k) for k in range(3)]
+    results = set()
+    for order in itertools.permutations(range(3)):
+        acc = inputs[order[0]].copy()
+        for k in order[1:]:
+            reduce_arrays(acc.view(np.uint8), inputs[k].view(np.uint8), code_of(dtype), op)
+        results.add(acc.tobytes())
+    pair = []
+    for first, second in ((0, 1), (1, 0)):
+        acc = inputs[first].copy()
+        reduce_arrays(acc.view(np.uint8), inputs[second].view(np.uint8), code_of(dtype), op)
+        pair.append(acc.tobytes())
+    assert pair[0] == pair[1]
+    assert len(results) == 1
+    assert results.pop() == minmax_rule.reduce(inputs, op).tobytes()

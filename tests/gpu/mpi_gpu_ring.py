@@ -48,6 +48,21 @@ for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8):
             if any(a != all_same[0] for a in all_same):
                 fails += 1
                 print(f"rank {r}: results differ between ranks", flush=True)
+# Min/Max of NaN, infinities and signed zeros: the core's rule, so the ring and the core agree
+# bit for bit (NaN as the default quiet NaN, -0 below +0) and so do the ranks.
+specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 2.5, -2.5])
+for dtype in (np.float32, np.float64, np.float16):
+    for op in (ReduceOp.Min, ReduceOp.Max):
+        x = np.random.default_rng([9, r]).choice(specials, 1001).astype(dtype)
+        got = ring.allreduce(comm, x.copy(), op, np)
+        core = hvd.allreduce(x, op=op, name=f"special.{np.dtype(dtype).name}.{op.name}")
+        if got.tobytes() != core.tobytes():
+            fails += 1
+            print(f"rank {r}: {np.dtype(dtype).name} {op.name} of specials: ring differs from "
+                  f"the core bitwise", flush=True)
+        if len(set(comm.allgather(got.tobytes()))) != 1:
+            fails += 1
+            print(f"rank {r}: {op.name} of specials differ between ranks", flush=True)
 hvd.shutdown()
 print(f"rank {r}: ring {'FAIL' if fails else 'ok'}", flush=True)
 sys.exit(1 if fails else 0)
