@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
@@ -198,6 +199,37 @@ def test_reducescatter_uneven(op):
     ga = hvd.synchronize(hvd.reducescatter_async(x, op=op))
     ok = np.allclose(got.numpy(), want, rtol=1e-12) and np.allclose(ga.numpy(), want, rtol=1e-12)
     assert_everywhere([] if ok else [f"{got} vs {want}"])
+
+
+def test_join_refuses_all_but_allreduce():
+    """Horovod's join: with the last rank joined, the others' Average divides by N (the joined
+    rank adds zeros) and allgather, broadcast, alltoall and reducescatter raise, naming it, instead
+    of waiting; the joined rank's join() returns once the others join."""
+    if N < 2:
+        return
+    others = MPI.COMM_WORLD.Split(0 if RANK < N - 1 else 1, RANK)
+    fails = []
+    if RANK == N - 1:
+        last = hvd.join()
+    else:
+        avg = hvd.allreduce(torch.full((2,), 6.0), name="tj.avg")
+        if avg.tolist() != [6.0 * (N - 1) / N] * 2:
+            fails.append(f"average with a joined rank {avg.tolist()}")
+        for kind, fn in [("allgather", lambda: hvd.allgather(torch.ones(1, 2), name="tj.g")),
+                         ("broadcast", lambda: hvd.broadcast(torch.ones(2), 0, name="tj.b")),
+                         ("alltoall", lambda: hvd.alltoall(torch.ones(N), name="tj.a")),
+                         ("reducescatter", lambda: hvd.reducescatter(torch.ones(N), name="tj.r"))]:
+            try:
+                fn()
+                fails.append(f"{kind} ran with a joined rank")
+            except RuntimeError as e:
+                if f"(rank {N - 1} joined)" not in str(e):
+                    fails.append(f"{kind}: {e}")
+        last = hvd.join()
+    others.Free()
+    if last not in range(N - 1):
+        fails.append(f"join returned {last}")
+    assert_everywhere(fails)
 
 
 def test_objects_barrier_join():

@@ -156,8 +156,8 @@ def test_sparse_gradients(sparse_as_dense):
 
 
 def test_join_with_uneven_batches():
-    """Rank r has r + 1 batches: after its last one it joins, and the others' averages count
-    only the ranks still training (hvlite's join semantics)."""
+    """Rank r has r + 1 batches: after its last one it joins, contributing zeros, and the
+    average still divides by N (Horovod's join semantics)."""
     dist, ref = model(), model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1),
                                    named_parameters=dist.named_parameters())
@@ -172,7 +172,7 @@ def test_join_with_uneven_batches():
         x, y = data(step)
         ropt.zero_grad()
         live = range(step, N)
-        sum(loss_fn(ref, x[r * 4:r * 4 + 4], y[r * 4:r * 4 + 4]) for r in live).div(len(live)).backward()
+        sum(loss_fn(ref, x[r * 4:r * 4 + 4], y[r * 4:r * 4 + 4]) for r in live).div(N).backward()
         ropt.step()
         if step == RANK:
             mine = [p.detach().clone() for p in ref.parameters()]
