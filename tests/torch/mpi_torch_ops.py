@@ -187,6 +187,31 @@ def test_allgather_broadcast_alltoall_dtypes(dtype):
     assert_everywhere(fails)
 
 
+@pytest.mark.parametrize("who", ["every rank", "rank 0 only"])
+def test_reducescatter_of_a_0d_tensor_fails_on_every_rank(who):
+    """Horovod refuses a rank-zero tensor; here the bad rank's request goes out poisoned, so every
+    rank raises (a RuntimeError, as in Horovod) instead of reducing or waiting; grouped too."""
+    fails = []
+    bad = torch.tensor(1.0) if who == "every rank" or RANK == 0 else torch.ones(N)
+    calls = {"reducescatter": lambda: hvd.reducescatter(bad, name="rs0"),
+             "async": lambda: hvd.reducescatter_async(bad, name="rs0a").synchronize(),
+             "grouped": lambda: hvd.grouped_reducescatter([torch.ones(N), bad], name="grs0"),
+             "autograd": lambda: hvd.reducescatter(bad.clone().requires_grad_(), name="rs0g")}
+    for what, fn in calls.items():
+        try:
+            fn()
+            fails.append(f"{what}: no error")
+        except RuntimeError as e:
+            if "rank" not in str(e) and "0-d" not in str(e):
+                fails.append(f"{what}: {e}")
+        except Exception as e:  # noqa: BLE001 - the wrong kind
+            fails.append(f"{what}: {type(e).__name__}: {e}")
+    ok = hvd.reducescatter(torch.ones(N, 2), op=hvd.Sum, name="rs0.after")   # nothing left over
+    if ok.tolist() != [[float(N)] * 2]:
+        fails.append(f"reducescatter afterwards {ok.tolist()}")
+    assert_everywhere(fails)
+
+
 @pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
 def test_reducescatter_uneven(op):
     rows = 2 * N + 1
