@@ -214,23 +214,35 @@ def test_sparse_gradients_in_a_group_with_sparse_adam(sparse_as_dense):
 
 
 def test_broadcast_optimizer_state_with_parameters_lacking_gradients():
-    """A layer unused so far has no gradient and no state: broadcast_optimizer_state still works,
-    from a fresh optimizer and after a step that reached only some parameters."""
+    """No gradient yet (a fresh optimizer, a frozen parameter, a layer a step did not reach):
+    broadcast_optimizer_state works, and from a fresh optimizer it initializes the state as
+    Horovod does, leaving a zero gradient on each trainable parameter (scripts broadcast it)."""
     fails = []
     m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)).double()
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01 * (RANK + 1)),
-                                   named_parameters=m.named_parameters())
+    m[0].bias.requires_grad_(False)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.01 * (RANK + 1), momentum=0.9, nesterov=True,
+                        weight_decay=1e-6), named_parameters=m.named_parameters())
     for when in ("fresh", "partial"):
         try:
             hvd.broadcast_optimizer_state(opt, root_rank=N - 1)
         except Exception as e:  # noqa: BLE001 - reported on every rank
             fails.append(f"{when}: {type(e).__name__}: {e}")
         got = hvd.allgather_object(flat(opt.state_dict()))
-        if any(g != got[0] for g in got):
-            fails.append(f"{when}: state differs across ranks")
+        if any(g != got[0] for g in got) or not opt.state_dict()["state"]:
+            fails.append(f"{when}: state empty or differs across ranks")
+        if when == "fresh":
+            grad = m[1].weight.grad
+            if m[0].bias.grad is not None or grad is None or torch.count_nonzero(grad):
+                fails.append(f"fresh: gradients {m[0].bias.grad} / {grad}")
+            elif not torch.equal(hvd.broadcast(grad, root_rank=0), grad):
+                fails.append("fresh: broadcast of the gradient differs")
         opt.zero_grad()
         m[0](torch.ones(1, 3, dtype=torch.float64) * RANK).sum().backward()    # m[1] gets none
         opt.step()
+    if not identical_everywhere(m):
+        fails.append("parameters differ")
     assert_everywhere(fails)
 
 
