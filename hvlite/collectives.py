@@ -207,8 +207,9 @@ def barrier(process_set=global_process_set):
 
 def join():
     """This rank has run out of data: until every rank has joined, it takes part in the others'
-    all-reduces contributing nothing (zeros for Sum and Average, whose divisor counts only the
-    ranks that contributed; the op's identity otherwise). Returns the last rank to join."""
+    all-reduces contributing the op's identity (zeros for Sum and Average, whose divisor is still
+    the set's size, as in Horovod); any other collective the others start meanwhile fails,
+    naming the joined ranks. Returns the last rank to join."""
     return join_async().synchronize()
 
 

@@ -207,18 +207,27 @@ cdef string _agreement(const string& name, Entry* e, int n) noexcept nogil:
     return head
 
 
-cdef string _joined_conflict(Table* t, const string& name, Entry* e, const Meta& meta) noexcept nogil:
-    """Collectives that cannot run while some ranks have joined."""
-    cdef string line
-    if meta.collective == C_ALLTOALL or meta.collective == C_REDUCESCATTER:
-        line = code_name(HV_COLLECTIVE_NAMES, C_COUNT, meta.collective, b"?")
-        line.append(b" '")
-        line.append(name)
-        line.append(b"' cannot run while some ranks have joined")
-    elif meta.collective == C_BROADCAST and t.joined[meta.root] and not e.have[meta.root]:
-        line = string(b"broadcast '")
-        line.append(name)
-        line.append(b"': its root rank has already joined")
+cdef string _joined_conflict(Table* t, const string& name, Entry* e, const Meta& meta, int n) noexcept nogil:
+    """Only allreduce (and barrier) can run with joined ranks, which contribute the op's identity:
+    anything else waiting on a joined rank fails at once, naming it, as Horovod refuses allgather,
+    broadcast, alltoall and reducescatter after a join (rather than running or waiting)."""
+    cdef string line, ranks
+    cdef int r, k = 0
+    for r in range(n):
+        if t.joined[r] and not e.have[r]:
+            if k:
+                ranks.append(b", ")
+            append_int(ranks, r)
+            k += 1
+    if k == 0:
+        return line
+    line = code_name(HV_COLLECTIVE_NAMES, C_COUNT, meta.collective, b"?")
+    line.append(b" '")
+    line.append(name)
+    line.append(b"' cannot run while some ranks have joined (")
+    line.append(b"ranks " if k > 1 else b"rank ")
+    line.append(ranks)
+    line.append(b" joined); only allreduce and barrier run with joined ranks")
     return line
 
 
@@ -264,8 +273,9 @@ cdef void _answer(Table* t, Cache* cache, const string& name, int n, int joined_
     a.name = name
     a.meta = first_meta(e, n)
     a.message = _agreement(name, e, n)
-    if a.message.empty() and joined_now and a.meta.collective != C_JOIN and a.meta.collective != C_BARRIER:
-        a.message = _joined_conflict(t, name, e, a.meta)
+    if (a.message.empty() and joined_now and a.meta.collective != C_JOIN and
+            a.meta.collective != C_BARRIER and a.meta.collective != C_ALLREDUCE):
+        a.message = _joined_conflict(t, name, e, a.meta, n)
     a.status = RESP_ERROR if not a.message.empty() else RESP_OK
     a.slot = -1
     if a.message.empty() and cache.capacity > 0 and cacheable(a.meta.collective):

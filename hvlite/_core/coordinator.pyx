@@ -330,7 +330,6 @@ cdef class Coordinator:
         cdef vector[uint64_t] bits
         cdef vector[Item] items
         cdef double t0 = hv_now(), t1, ready
-        cdef long contributors
         cdef uint64_t flags
         self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
@@ -343,14 +342,12 @@ cdef class Coordinator:
         self.rounds += 1
         flags = bits_flags(bits, W)
         self._cached(bits, W, not (flags & FLAG_ALL_JOINED), items)
-        contributors = self.ctx.size - self.njoined
         self.own_seconds += hv_now() - t1
         if (flags & SLOW_FLAGS) != SLOW_FLAGS:
-            finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL),
-                                &contributors)
+            finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL))
         ready = hv_now()
         self.negotiate_seconds += ready - t0
-        self._run_ready(items, contributors, finish != 2, t0, ready)
+        self._run_ready(items, finish != 2, t0, ready)
         if finish:
             self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
             return 1
@@ -366,6 +363,9 @@ cdef class Coordinator:
         bits_reset(bits, W)
         for kv in self.pending:
             req = kv.second
+            if req.slot >= 0 and self.njoined and not self.joined and req.meta.collective != C_ALLREDUCE:
+                req.slot = -1       # rank 0 answers it: with ranks joined it must fail, not run
+                req.sent = False
             if req.slot >= 0:
                 bits_mark_ready(bits, req.slot)
             elif not req.sent:
@@ -375,8 +375,10 @@ cdef class Coordinator:
         for s in self.invalid_slots:
             bits_mark_stale(bits, W, s)
         self.invalid_slots.clear()
-        if self.joined:
-            bits_all_ready(bits, W)
+        if self.joined:     # ready for every cached allreduce; anything else must fail at rank 0
+            for s in range(self.cache.capacity):
+                if not self.cache.names[s].empty() and self.cache.metas[s].collective == C_ALLREDUCE:
+                    bits_mark_ready(bits, s)
         stall = stall_due(&self.stall, now, oldest)
         bits_set_flags(bits, W, (0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
                        (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
@@ -408,7 +410,7 @@ cdef class Coordinator:
                 items.push_back(item)
                 self.cache.last_used[s] = self.clock
 
-    cdef void _run_ready(self, vector[Item]& items, long contributors, bint run, double t0,
+    cdef void _run_ready(self, vector[Item]& items, bint run, double t0,
                          double ready) noexcept nogil:
         """Execute the round's items (unless a fatal stall stops everything) and feed autotune."""
         cdef TEvent cyc
@@ -423,7 +425,7 @@ cdef class Coordinator:
             rec_push(&self.rec, cyc)
         if not run:
             return
-        self._execute(items, contributors)
+        self._execute(items)
         if self.tune.on and self.ctx.rank == 0:
             for k in range(items.size()):
                 if items[k].meta.collective == C_ALLREDUCE:
@@ -436,7 +438,7 @@ cdef class Coordinator:
             deref(it).second.slot = -1
             deref(it).second.sent = False
 
-    cdef int _slow(self, vector[Item]& items, bint stopping, bint stall, long* contributors) noexcept nogil:
+    cdef int _slow(self, vector[Item]& items, bint stopping, bint stall) noexcept nogil:
         """Misses to rank 0 and its answers back. Returns 0, 1 (stop after this round's work)
         or 2 (fatal stall: stop now)."""
         cdef string payload, resp
@@ -455,7 +457,7 @@ cdef class Coordinator:
         if err:
             self._die(E_MPI, b"negotiation failed: ", err)
             return 2
-        return self._apply(resp, items, stopping, contributors)
+        return self._apply(resp, items, stopping)
 
     cdef void _submission(self, string& payload, bint stall, double now) noexcept nogil:
         """This rank's message to rank 0: its misses in submission order (rank 0 numbers names by
@@ -493,7 +495,7 @@ cdef class Coordinator:
             self.tune.publish = False
         put_tune(resp, t)
 
-    cdef int _apply(self, string& resp, vector[Item]& items, bint stopping, long* contributors) noexcept nogil:
+    cdef int _apply(self, string& resp, vector[Item]& items, bint stopping) noexcept nogil:
         """Every rank: act on rank 0's response (same return codes as _slow)."""
         cdef Reader rd
         cdef Head h
@@ -504,7 +506,6 @@ cdef class Coordinator:
         reader_init(&rd, resp.data(), resp.size())
         get_head(&rd, &h)
         self.njoined = <int>h.joined_after
-        contributors[0] = self.ctx.size - <int>h.joined_now
         for i in range(h.count):
             get_answer(&rd, &a)
             self._take(a, items)
@@ -550,12 +551,13 @@ cdef class Coordinator:
         item.err = 0
         items.push_back(item)
 
-    cdef void _execute(self, vector[Item]& items, long contributors) noexcept nogil:
+    cdef void _execute(self, vector[Item]& items) noexcept nogil:
         cdef Item* it
         cdef Request* req
         cdef size_t es, k
         cdef int err, c
-        run_allreduces(&self.ctx, &self.fusion, items, contributors)
+        # Average divides by the set's size: a joined rank counts, contributing zeros (Horovod's rule)
+        run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
         for k in range(items.size()):
             it = &items[k]
             req = it.req

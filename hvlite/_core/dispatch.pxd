@@ -19,7 +19,7 @@ cdef struct Context:
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
 
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
-# In place. Average runs a Sum, then divides by `divisor` (the number of contributing ranks).
+# In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count).
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil
 # Whether fused batches of `algorithm` go through the shared segment, and running one: each

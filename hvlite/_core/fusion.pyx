@@ -48,7 +48,7 @@ cdef int _reserve(FusionBuffer* f, size_t nbytes) noexcept nogil:
 
 
 cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,
-                    long contributors) noexcept nogil:
+                    long divisor) noexcept nogil:
     cdef Item* it = &items[batch[0]]
     cdef int dtype = it.meta.dtype, op = it.meta.op, err, algo
     cdef size_t es = dtype_size(dtype), total = 0, off = 0, n, k
@@ -63,7 +63,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         # Straight through the shared segment: the gather is the only copy in, the scatter the
         # only copy out, so auto takes it for every fused batch on one node (a lone tensor
         # goes where the cost model says).
-        return _run_through_segment(c, items, batch, total, contributors, t0)
+        return _run_through_segment(c, items, batch, total, divisor, t0)
     if batch.size() == 1:
         if it.req != NULL:
             if it.req.output != it.req.input and total:
@@ -74,7 +74,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
             if buf == NULL:
                 return -1
             fill_identity(buf, total, dtype, op)
-        err = run_allreduce(c, buf, total, dtype, op, algo, contributors)
+        err = run_allreduce(c, buf, total, dtype, op, algo, divisor)
         it.packed = t0
         it.ran = it.unpacked = hv_now()
         if it.req == NULL:
@@ -92,7 +92,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
             fill_identity(f.buf + off * es, n, dtype, op)
         off += n
     t1 = hv_now()
-    err = run_allreduce(c, f.buf, total, dtype, op, algo, contributors)
+    err = run_allreduce(c, f.buf, total, dtype, op, algo, divisor)
     t2 = hv_now()
     off = 0
     for k in batch:
@@ -110,7 +110,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
 
 
 cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& batch, size_t total,
-                              long contributors, double t0) noexcept nogil:
+                              long divisor, double t0) noexcept nogil:
     cdef int dtype = items[batch[0]].meta.dtype, op = items[batch[0]].meta.op
     cdef vector[ShmPiece] pieces
     cdef ShmPiece piece
@@ -124,7 +124,7 @@ cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& b
         pieces.push_back(piece)
         off += piece.count
     cdef int err = run_allreduce_pieces(c, pieces.data(), pieces.size(), total, dtype, op,
-                                        contributors)
+                                        divisor)
     for k in batch:
         if items[k].req != NULL and not err:
             items[k].req.algorithm_used = ALG_SHM
@@ -136,7 +136,7 @@ cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& b
     return err
 
 
-cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long contributors) noexcept nogil:
+cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long divisor) noexcept nogil:
     cdef vector[char] used
     cdef vector[size_t] batch
     cdef size_t i, j, k, es, nbytes, batch_bytes
@@ -167,7 +167,7 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
                 used[j] = 1
                 break
             if batch.size() and batch_bytes + nbytes > f.threshold:
-                err = _run_batch(c, f, items, batch, contributors)
+                err = _run_batch(c, f, items, batch, divisor)
                 for k in batch:
                     items[k].err = err
                 batch.clear()
@@ -175,6 +175,6 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
             batch.push_back(j)
             batch_bytes += nbytes
             used[j] = 1
-        err = _run_batch(c, f, items, batch, contributors)
+        err = _run_batch(c, f, items, batch, divisor)
         for k in batch:
             items[k].err = err

@@ -21,6 +21,11 @@ class DeviceError(InvalidArgumentError, RuntimeError):
     RuntimeError; hvlite's argument errors are ValueErrors: this is both."""
 
 
+class ScalarError(InvalidArgumentError, RuntimeError):
+    """A 0-d tensor where rows are needed (reducescatter): Horovod reports it as a RuntimeError,
+    hvlite's argument errors are ValueErrors: this is both."""
+
+
 class _AdasumOp:
     """Horovod's Adasum: a name scripts may pass, which hvlite refuses clearly."""
 

@@ -73,11 +73,36 @@ def _slots(obj):
             yield from _slots(v)
 
 
+def _init_state(optimizer):
+    """Horovod's start for a fresh optimizer: every trainable parameter gets a zero gradient
+    and the wrapped optimizer steps once, locally, so that its state exists (and scripts that
+    read .grad afterwards find a tensor); the parameters are restored after that step (Horovod
+    keeps whatever weight decay did). LBFGS is left alone: its step needs a closure."""
+    base = getattr(optimizer, "_hvd_base", type(optimizer))
+    if issubclass(base, torch.optim.LBFGS):
+        return
+    sparse = issubclass(base, torch.optim.SparseAdam)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for p in params:
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p).to_sparse() if sparse else torch.zeros_like(p)
+    kept = [p.detach().clone() for p in params]
+    base.step(optimizer)
+    with torch.no_grad():   # weight decay would move them, by each rank's own lr: undo that
+        for p, k in zip(params, kept):
+            p.copy_(k)
+
+
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
     """Every rank gets root_rank's optimizer state and hyper-parameters (any torch.optim
     optimizer: state may hold tensors, scalars and nested containers, and may be empty on the
-    other ranks). The structure travels pickled; the tensors travel as broadcasts."""
+    other ranks). The structure travels pickled; the tensors travel as broadcasts. When root's
+    state is empty every rank first initializes it as Horovod does (see _init_state)."""
     mine = _hv.rank() == root_rank
+    fresh = _hv.broadcast_object(not optimizer.state_dict()["state"] if mine else None,
+                                 root_rank, name="broadcast_optimizer_state.fresh")
+    if fresh:
+        _init_state(optimizer)
     tensors = []
     skeleton = _split(optimizer.state_dict(), tensors) if mine else None
     skeleton = _hv.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state")

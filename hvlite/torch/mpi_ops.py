@@ -341,6 +341,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     op = B.check_op(op, "reducescatter")
     arr = B.view(tensor, _coll.REDUCESCATTER, name, allow_bool=op in (Min, Max),
                  process_set=process_set)
+    if arr.ndim == 0:           # no rows to scatter; Horovod refuses it on every rank too
+        label = f"reducescatter {name!r}" if name else "reducescatter"
+        B.poisoned(_coll.REDUCESCATTER, name, B.ScalarError(
+            f"{label}: a 0-d tensor has no rows to scatter (reshape it to one dimension)"),
+            process_set)
     if prescale_factor != 1.0:
         arr = B.view(B.scale_(tensor.detach().clone(), prescale_factor), _coll.REDUCESCATTER,
                      name, process_set=process_set)
@@ -394,9 +399,16 @@ def _compress(compression, tensor, where):
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     base = B.group_base(name, "grouped_reducescatter")
-    return B.GroupHandle([reducescatter_async(t, f"{base}.{i}", op, process_set,
-                                              prescale_factor, postscale_factor)
-                          for i, t in enumerate(tensors)])
+    handles, first = [], None
+    for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
+        try:                            # left waiting for the parts after a bad one
+            handles.append(reducescatter_async(t, f"{base}.{i}", op, process_set,
+                                               prescale_factor, postscale_factor))
+        except Exception as e:          # noqa: BLE001 - raised once every part is out
+            first = first or e
+    if first is not None:
+        raise first
+    return B.GroupHandle(handles)
 
 
 class _GroupedReducescatter(torch.autograd.Function):

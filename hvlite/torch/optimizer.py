@@ -23,6 +23,20 @@ def _split_list(items, n):
     return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
+class _SparseInGroup:
+    """A group's handles when some of its gradients are sparse: synchronize() puts each sparse
+    result back in its parameter's .grad."""
+
+    def __init__(self, dense, sparse):
+        self.dense, self.sparse = dense, sparse
+
+    def synchronize(self):
+        for h in self.dense:
+            h.synchronize()
+        for p, h in self.sparse.items():
+            p.grad = h.synchronize()
+
+
 class _DistributedMixin:
     """Methods layered over the wrapped optimizer's class (the base class next in the MRO)."""
 
@@ -48,7 +62,7 @@ class _DistributedMixin:
                              "parameters have no name in it")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
-        self._names = {p: n for n, p in named}
+        self._parameter_names = {p: n for n, p in named}    # Horovod's name; scripts read it
         self.backward_passes_per_step = backward_passes_per_step
         self._delay = {p: backward_passes_per_step for p in all_params}
         self.op, self.gradient_predivide_factor = op, gradient_predivide_factor
@@ -88,7 +102,7 @@ class _DistributedMixin:
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        name = self._names.get(p)
+        name = self._parameter_names.get(p)
         if p.grad.is_sparse:
             if not self.sparse_as_dense:
                 return sparse_allreduce_async(p.grad, name, self.op, self.process_set)
@@ -102,10 +116,21 @@ class _DistributedMixin:
         for p in grp:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            elif p.grad.is_sparse and self.sparse_as_dense:
+                p.grad = p.grad.to_dense()
+        sparse = [p for p in grp if p.grad.is_sparse]
+        dense = [p for p in grp if not p.grad.is_sparse]
         pre, post = self._scales()
-        return grouped_allreduce_async_([p.grad for p in grp], name=self._names.get(grp[0]),
-                                        op=self.op, prescale_factor=pre, postscale_factor=post,
-                                        process_set=self.process_set)
+        handles = [grouped_allreduce_async_([p.grad for p in dense],
+                                            name=self._parameter_names.get(dense[0]), op=self.op,
+                                            prescale_factor=pre, postscale_factor=post,
+                                            process_set=self.process_set)] if dense else []
+        if not sparse:
+            return handles[0]
+        # sparse gradients cannot join a grouped allreduce: each is gathered on its own and
+        # comes back sparse (SparseAdam refuses dense ones)
+        return _SparseInGroup(handles, {p: sparse_allreduce_async(
+            p.grad, self._parameter_names.get(p), self.op, self.process_set) for p in sparse})
 
     def _make_hook(self):
         def hook(p):
@@ -169,8 +194,13 @@ class _DistributedMixin:
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+                # Horovod's text and category, which scripts may filter on
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.", UserWarning)
             self.synchronize()
         self._synchronized = False
         return self._hvd_base.step(self, closure)

@@ -176,7 +176,7 @@ def test_every_mismatch_raises_on_every_rank_quickly(kind):
 
 
 def test_join_with_uneven_steps():
-    """Rank r runs r+2 steps; after it joins, the others' averages count only active ranks."""
+    """Rank r runs r+2 steps; a joined rank adds zeros and Average still divides by N (Horovod)."""
     failures = []
     for step in range(RANK + 2):
         got = hvd.allreduce(np.ones(3, np.float32) * (step + 1), op=hvd.Sum, name=f"join.grad.{step}")
@@ -184,13 +184,46 @@ def test_join_with_uneven_steps():
         active = [r for r in range(N) if r + 2 > step]
         if not np.all(got == len(active) * (step + 1)):
             failures.append(f"step {step} sum {got}, active {active}")
-        if not np.allclose(avg, np.mean(active)):
-            failures.append(f"step {step} average {avg}, active {active}")
+        if not np.allclose(avg, sum(active) / N):
+            failures.append(f"step {step} average {avg}, active {active}, want {sum(active) / N}")
     last = hvd.join()
     if last != N - 1:
         failures.append(f"join returned {last}")
     assert_everywhere(failures)
     assert_everywhere([] if np.all(hvd.allreduce(np.ones(2), op=hvd.Sum) == N) else ["after join"])
+
+
+def test_only_allreduce_runs_while_a_rank_has_joined():
+    """With the last rank joined, the others' allgather, broadcast, alltoall and reducescatter fail
+    at once naming it (also when the name is in the response cache); then everyone joins."""
+    if N < 2:
+        pytest.skip("needs a rank to join")
+    kinds = {"broadcast": lambda: hvd.broadcast(np.ones(3), 0, name="jc.b"),
+             "allgather": lambda: hvd.allgather(np.ones((1, 2)), name="jc.g"),
+             "alltoall": lambda: hvd.alltoall(np.ones(N), name="jc.a"),
+             "reducescatter": lambda: hvd.reducescatter(np.ones(N), name="jc.r")}
+    for fn in kinds.values():           # once with every rank: cacheable ones take a cache slot
+        fn()
+    others = MPI.COMM_WORLD.Split(0 if RANK < N - 1 else 1, RANK)
+    failures = []
+    if RANK == N - 1:
+        last = hvd.join()
+    else:
+        t0 = time.monotonic()
+        for kind, fn in kinds.items():
+            expect_raise_everywhere(fn, hvd.MismatchError, kind, f"(rank {N - 1} joined)", comm=others)
+        got = hvd.allreduce(np.full(2, 3.0), name="jc.avg")
+        if not np.allclose(got, 3.0 * (N - 1) / N):
+            failures.append(f"average with a joined rank {got}")
+        if time.monotonic() - t0 > 10:
+            failures.append("took too long")
+        last = hvd.join()
+    others.Free()
+    if last not in range(N - 1):
+        failures.append(f"join returned {last}")
+    assert_everywhere(failures)
+    for fn in kinds.values():           # everyone active again: they run
+        fn()
 
 
 def test_idle_coordinator_uses_no_cpu():

@@ -116,6 +116,35 @@ def test_joined_ranks_count_as_submitted_until_every_rank_joins(n):
     assert a["status"] == OK and a["value"] == order[-1] and resp["joined_after"] == 0
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("coll", ["allgather", "broadcast", "alltoall", "reducescatter"])
+def test_only_allreduce_runs_with_a_joined_rank(n, coll):
+    """Horovod refuses these after a join: the others get an error naming the joined rank at once
+    (not a wait, not a run); allreduce still runs and join still completes."""
+    ctl = Controller(n)
+    payloads = [sub(("x", meta(coll, shape=(n, 2), root=n - 1)))] * n
+    payloads[n - 1] = sub(("join", meta("join", shape=())))
+    resp = respond(ctl, payloads)
+    a = answer(resp, "x")
+    assert a["status"] == ERROR and f"(rank {n - 1} joined)" in a["message"], a
+    assert coll in a["message"] and resp["joined_after"] == 1
+    payloads = [sub(("g", meta()))] * n
+    payloads[n - 1] = b""
+    assert answer(respond(ctl, payloads), "g")["status"] == OK
+    payloads = [sub(("join", meta("join", shape=())))] * n
+    payloads[n - 1] = b""
+    a = answer(respond(ctl, payloads), "join")
+    assert a["status"] == OK and a["value"] == n - 2
+
+
+def test_the_error_names_every_joined_rank():
+    ctl = Controller(4)
+    payloads = [sub(("join", meta("join", shape=())))] * 4
+    payloads[0] = payloads[2] = sub(("b", meta("broadcast")))
+    a = answer(respond(ctl, payloads), "b")
+    assert a["status"] == ERROR and "(ranks 1, 3 joined)" in a["message"], a
+
+
 @pytest.mark.parametrize("n", RANKS)
 def test_stopping_ranks_are_named(n):
     ctl = Controller(n)

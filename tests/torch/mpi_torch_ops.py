@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
@@ -186,6 +187,31 @@ def test_allgather_broadcast_alltoall_dtypes(dtype):
     assert_everywhere(fails)
 
 
+@pytest.mark.parametrize("who", ["every rank", "rank 0 only"])
+def test_reducescatter_of_a_0d_tensor_fails_on_every_rank(who):
+    """Horovod refuses a rank-zero tensor; here the bad rank's request goes out poisoned, so every
+    rank raises (a RuntimeError, as in Horovod) instead of reducing or waiting; grouped too."""
+    fails = []
+    bad = torch.tensor(1.0) if who == "every rank" or RANK == 0 else torch.ones(N)
+    calls = {"reducescatter": lambda: hvd.reducescatter(bad, name="rs0"),
+             "async": lambda: hvd.reducescatter_async(bad, name="rs0a").synchronize(),
+             "grouped": lambda: hvd.grouped_reducescatter([torch.ones(N), bad], name="grs0"),
+             "autograd": lambda: hvd.reducescatter(bad.clone().requires_grad_(), name="rs0g")}
+    for what, fn in calls.items():
+        try:
+            fn()
+            fails.append(f"{what}: no error")
+        except RuntimeError as e:
+            if "rank" not in str(e) and "0-d" not in str(e):
+                fails.append(f"{what}: {e}")
+        except Exception as e:  # noqa: BLE001 - the wrong kind
+            fails.append(f"{what}: {type(e).__name__}: {e}")
+    ok = hvd.reducescatter(torch.ones(N, 2), op=hvd.Sum, name="rs0.after")   # nothing left over
+    if ok.tolist() != [[float(N)] * 2]:
+        fails.append(f"reducescatter afterwards {ok.tolist()}")
+    assert_everywhere(fails)
+
+
 @pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
 def test_reducescatter_uneven(op):
     rows = 2 * N + 1
@@ -198,6 +224,37 @@ def test_reducescatter_uneven(op):
     ga = hvd.synchronize(hvd.reducescatter_async(x, op=op))
     ok = np.allclose(got.numpy(), want, rtol=1e-12) and np.allclose(ga.numpy(), want, rtol=1e-12)
     assert_everywhere([] if ok else [f"{got} vs {want}"])
+
+
+def test_join_refuses_all_but_allreduce():
+    """Horovod's join: with the last rank joined, the others' Average divides by N (the joined
+    rank adds zeros) and allgather, broadcast, alltoall and reducescatter raise, naming it, instead
+    of waiting; the joined rank's join() returns once the others join."""
+    if N < 2:
+        return
+    others = MPI.COMM_WORLD.Split(0 if RANK < N - 1 else 1, RANK)
+    fails = []
+    if RANK == N - 1:
+        last = hvd.join()
+    else:
+        avg = hvd.allreduce(torch.full((2,), 6.0), name="tj.avg")
+        if avg.tolist() != [6.0 * (N - 1) / N] * 2:
+            fails.append(f"average with a joined rank {avg.tolist()}")
+        for kind, fn in [("allgather", lambda: hvd.allgather(torch.ones(1, 2), name="tj.g")),
+                         ("broadcast", lambda: hvd.broadcast(torch.ones(2), 0, name="tj.b")),
+                         ("alltoall", lambda: hvd.alltoall(torch.ones(N), name="tj.a")),
+                         ("reducescatter", lambda: hvd.reducescatter(torch.ones(N), name="tj.r"))]:
+            try:
+                fn()
+                fails.append(f"{kind} ran with a joined rank")
+            except RuntimeError as e:
+                if f"(rank {N - 1} joined)" not in str(e):
+                    fails.append(f"{kind}: {e}")
+        last = hvd.join()
+    others.Free()
+    if last not in range(N - 1):
+        fails.append(f"join returned {last}")
+    assert_everywhere(fails)
 
 
 def test_objects_barrier_join():

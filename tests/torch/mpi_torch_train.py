@@ -117,8 +117,18 @@ def test_synchronize_protocol_and_checks():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         opt.step()
-    if not w:
-        fails.append("step() after synchronize() without skip_synchronize() did not warn")
+    want = ("optimizer.step() called without optimizer.skip_synchronize() context after "
+            "optimizer.synchronize(). This can cause training slowdown. You may want to "
+            "consider using optimizer.skip_synchronize() context if you use "
+            "optimizer.synchronize() in your code.")          # Horovod's text, a UserWarning
+    if [(x.category, str(x.message)) for x in w] != [(UserWarning, want)]:
+        fails.append(f"step() after synchronize(): warned {[(x.category, str(x.message)) for x in w]}")
+    names = dict(dist.named_parameters())
+    if opt._parameter_names != {p: n for n, p in names.items()}:
+        fails.append(f"_parameter_names {opt._parameter_names}")
+    anon = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1))
+    if sorted(anon._parameter_names.values()) != [f"allreduce.noname.0.{j}" for j in range(len(names))]:
+        fails.append(f"_parameter_names without names {anon._parameter_names}")
     for bad in (dict(named_parameters=[("a", p) for p in dist.parameters()]),
                 dict(named_parameters=list(dist.named_parameters())[:1])):
         try:
@@ -155,9 +165,90 @@ def test_sparse_gradients(sparse_as_dense):
     assert_everywhere([] if ok else [f"{emb.weight} vs {ref.weight}"])
 
 
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_gradients_in_a_group_with_sparse_adam(sparse_as_dense):
+    """Two sparse embeddings and a dense layer in one group: sparse gradients come back sparse
+    (SparseAdam takes only those) unless sparse_as_dense, and equal the global average."""
+    torch.manual_seed(0)
+    e1, e2 = torch.nn.Embedding(6, 3, sparse=True).double(), torch.nn.Embedding(4, 3, sparse=True).double()
+    lin = torch.nn.Linear(3, 1).double()
+    named = [("e1", e1.weight), ("e2", e2.weight)] + [("lin." + n, p) for n, p in lin.named_parameters()]
+    idx = [torch.tensor([r % 6, 5]) for r in range(N)]
+
+    def loss(i, r):
+        return (e1(i) ** 2).sum() + e2(torch.tensor([r % 4])).sum() + lin(e1(i).detach()).sum()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p for _, p in named], lr=0.1),
+                                   named_parameters=named, num_groups=1,
+                                   sparse_as_dense=sparse_as_dense)
+    loss(idx[RANK], RANK).backward()
+    opt.synchronize()
+    got = {n: p.grad for n, p in named}
+    want = {}
+    for r in range(N):          # the reference: every rank's gradients, averaged
+        for n, p in named:
+            p.grad = None
+        loss(idx[r], r).backward()
+        for n, p in named:
+            want[n] = want.get(n, 0) + p.grad.to_dense() / N
+    fails = []
+    for n, g in got.items():
+        sparse = n.startswith("e") and not sparse_as_dense
+        if g is None or g.is_sparse != sparse:
+            fails.append(f"{n}: sparse gradient expected {sparse}")
+        elif not torch.allclose(g.to_dense(), want[n], rtol=1e-12, atol=1e-12):
+            fails.append(f"{n}: {g.to_dense()} vs {want[n]}")
+    # the same through step(), under SparseAdam, which refuses dense gradients
+    f1, f2 = torch.nn.Embedding(6, 3, sparse=True), torch.nn.Embedding(4, 3, sparse=True)
+    adam = hvd.DistributedOptimizer(torch.optim.SparseAdam([f1.weight, f2.weight], lr=0.1),
+                                    named_parameters=[("f1", f1.weight), ("f2", f2.weight)],
+                                    num_groups=1, sparse_as_dense=sparse_as_dense)
+    ((f1(idx[RANK]) ** 2).sum() + f2(torch.tensor([RANK % 4])).sum()).backward()
+    try:
+        if sparse_as_dense:         # dense gradients: SparseAdam refuses them, as in Horovod
+            adam.synchronize()
+        else:
+            adam.step()
+    except Exception as e:      # noqa: BLE001 - reported on every rank
+        fails.append(f"SparseAdam step: {type(e).__name__}: {e}")
+    assert_everywhere(fails)
+
+
+def test_broadcast_optimizer_state_with_parameters_lacking_gradients():
+    """No gradient yet (a fresh optimizer, a frozen parameter, a layer a step did not reach):
+    broadcast_optimizer_state works, and from a fresh optimizer it initializes the state as
+    Horovod does, leaving a zero gradient on each trainable parameter (scripts broadcast it)."""
+    fails = []
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)).double()
+    m[0].bias.requires_grad_(False)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.01 * (RANK + 1), momentum=0.9, nesterov=True,
+                        weight_decay=1e-6), named_parameters=m.named_parameters())
+    for when in ("fresh", "partial"):
+        try:
+            hvd.broadcast_optimizer_state(opt, root_rank=N - 1)
+        except Exception as e:  # noqa: BLE001 - reported on every rank
+            fails.append(f"{when}: {type(e).__name__}: {e}")
+        got = hvd.allgather_object(flat(opt.state_dict()))
+        if any(g != got[0] for g in got) or not opt.state_dict()["state"]:
+            fails.append(f"{when}: state empty or differs across ranks")
+        if when == "fresh":
+            grad = m[1].weight.grad
+            if m[0].bias.grad is not None or grad is None or torch.count_nonzero(grad):
+                fails.append(f"fresh: gradients {m[0].bias.grad} / {grad}")
+            elif not torch.equal(hvd.broadcast(grad, root_rank=0), grad):
+                fails.append("fresh: broadcast of the gradient differs")
+        opt.zero_grad()
+        m[0](torch.ones(1, 3, dtype=torch.float64) * RANK).sum().backward()    # m[1] gets none
+        opt.step()
+    if not identical_everywhere(m):
+        fails.append("parameters differ")
+    assert_everywhere(fails)
+
+
 def test_join_with_uneven_batches():
-    """Rank r has r + 1 batches: after its last one it joins, and the others' averages count
-    only the ranks still training (hvlite's join semantics)."""
+    """Rank r has r + 1 batches: after its last one it joins, contributing zeros, and the
+    average still divides by N (Horovod's join semantics)."""
     dist, ref = model(), model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1),
                                    named_parameters=dist.named_parameters())
@@ -172,7 +263,7 @@ def test_join_with_uneven_batches():
         x, y = data(step)
         ropt.zero_grad()
         live = range(step, N)
-        sum(loss_fn(ref, x[r * 4:r * 4 + 4], y[r * 4:r * 4 + 4]) for r in live).div(len(live)).backward()
+        sum(loss_fn(ref, x[r * 4:r * 4 + 4], y[r * 4:r * 4 + 4]) for r in live).div(N).backward()
         ropt.step()
         if step == RANK:
             mine = [p.detach().clone() for p in ref.parameters()]
