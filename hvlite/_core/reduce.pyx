@@ -133,7 +133,7 @@ cdef inline void _idiv(num_t* a, size_t n, long d) noexcept nogil:
 
 
 cdef void finish_op(void* buf, size_t n, int dtype, int op, long divisor) noexcept nogil:
-    """After the kernels ran kernel_op(op): Average divides by the contributors."""
+    """After the kernels ran kernel_op(op): Average divides by `divisor` (the set's size)."""
     if op == OP_AVERAGE:
         divide_by(buf, n, dtype, divisor)
 

@@ -13,9 +13,3 @@ def test_digits_example_trains(mpirun, tmp_path):
     acc = float(out.split("test accuracy ")[1].split("%")[0])
     assert acc >= 95.0 and "identical on every rank: True" in out
     assert (tmp_path / "t.json").exists()
-
-
-@pytest.mark.parametrize("n", [2, 3])
-def test_torch_adapter(mpirun, n):
-    pytest.importorskip("torch")
-    mpirun(n, "tests/torch/mpi_torch_optimizer.py")

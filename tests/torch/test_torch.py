@@ -36,3 +36,9 @@ def test_horovod_script_runs_with_only_the_import_changed(mpirun):
 def test_torch_process_sets_and_compression(mpirun, n):
     pytest.importorskip("torch")
     mpirun(n, "tests/torch/mpi_torch_psets.py", timeout=120)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_adapter_matches_the_numpy_optimizers(mpirun, n):
+    pytest.importorskip("torch")
+    mpirun(n, "tests/torch/mpi_torch_optimizer.py")
