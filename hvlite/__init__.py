@@ -12,8 +12,8 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
                                 grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
 from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
-                           MismatchError, MPIError, NotInitializedError, ShutdownError,
-                           StallError)
+                           LostRankError, MismatchError, MPIError, NotInitializedError,
+                           ShutdownError, StallError)
 from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
 from hvlite.runtime import (add_process_set, current as _current, is_initialized,
@@ -85,5 +85,5 @@ __all__ = [
     "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
-    "MismatchError", "MPIError", "ShutdownError", "StallError",
+    "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError",
 ]

@@ -87,6 +87,11 @@ class Settings:
         0.0, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",
         "A stall this long fails every pending handle with `StallError` on every rank; 0: never.",
         unit="s")
+    lost_rank_seconds: float = _setting(
+        5.0, "HVLITE_LOST_RANK_SECONDS",
+        "A rank that leaves a waiting rank's pings unanswered this long (killed, stopped, exited "
+        "without `shutdown()`) is lost: every rank waiting on it raises `LostRankError` naming "
+        "it. Pings start once a wait has lasted 0.25 s; idle ranks answer them too.", unit="s")
     timeline: str = _setting(
         "", "HVLITE_TIMELINE",
         "Write a Chrome trace to this path from `init()` on ([timeline](timeline.md)).")
@@ -307,6 +312,7 @@ def load(env=None):
         stall_check_seconds=_nonneg(env, "HVLITE_STALL_CHECK_TIME_SECONDS", d.stall_check_seconds),
         stall_shutdown_seconds=_nonneg(env, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",
                                        d.stall_shutdown_seconds),
+        lost_rank_seconds=_float(env, "HVLITE_LOST_RANK_SECONDS", d.lost_rank_seconds),
         timeline=env.get("HVLITE_TIMELINE", d.timeline) or "",
         timeline_mark_cycles=_bool(env, "HVLITE_TIMELINE_MARK_CYCLES", d.timeline_mark_cycles),
         timeline_all_ranks=_bool(env, "HVLITE_TIMELINE_ALL_RANKS", d.timeline_all_ranks),

@@ -36,6 +36,16 @@ class StallError(HvliteError, RuntimeError):
     """Some ranks never submitted a collective within HVLITE_STALL_SHUTDOWN_TIME_SECONDS."""
 
 
+class LostRankError(HvliteError, RuntimeError):
+    """A rank stopped answering while this one waited on it (killed, stopped, or exited without
+    shutdown()). Names the rank and the collective in flight; MPI cannot go on without it, so
+    every later call raises this too and the process skips MPI_Finalize at exit (status 1)."""
+
+    def __init__(self, message, rank=None):
+        super().__init__(message)
+        self.rank = rank
+
+
 class MPIError(HvliteError, RuntimeError):
     """An error code from MPI (or the core below it), with MPI's own message."""
 

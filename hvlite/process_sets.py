@@ -90,13 +90,16 @@ class SetState:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         local_sizes = comm.allgather(local.Get_size())
         leaders = comm.allreduce(1 if local.Get_rank() == 0 else 0)
-        # The coordinator gets communicators of its own: only its thread uses them.
-        self.comms = (comm.Dup(), local.Dup(), cross.Dup())
-        self.coordinator = Coordinator(*self.comms, len(set(local_sizes)) == 1, leaders,
+        # The coordinator gets communicators of its own: only its thread uses them (the fourth
+        # carries its liveness pings, apart from every collective).
+        self.comms = (comm.Dup(), local.Dup(), cross.Dup(), comm.Dup())
+        self.coordinator = Coordinator(*self.comms[:3], len(set(local_sizes)) == 1, leaders,
                                        s.segment_bytes, rt.cost_model, s.cycle_time_ms / 1000.0,
                                        s.fusion_threshold, s.cache_capacity,
                                        s.stall_check_seconds, s.stall_shutdown_seconds,
-                                       s.fusion_tensor_limit, s.shm_args())
+                                       s.fusion_tensor_limit, s.shm_args(),
+                                       control=self.comms[3], ranks=tuple(ranks),
+                                       lost_after=s.lost_rank_seconds)
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
         self.names = {}

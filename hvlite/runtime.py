@@ -7,6 +7,7 @@ in hvlite/__init__.py adds what sits higher, such as the timeline).
 import atexit
 import dataclasses
 import hashlib
+import os
 import pkgutil
 import sys
 import warnings
@@ -14,12 +15,13 @@ import weakref
 
 from hvlite import config as _config
 from hvlite import process_sets as _ps
-from hvlite.errors import ConfigError, InvalidArgumentError, NotInitializedError
+from hvlite.errors import ConfigError, InvalidArgumentError, LostRankError, NotInitializedError
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
 
 _current = None
+_lost = None        # the first lost-rank message of this process: MPI cannot be used again
 
 
 def _mpi(thread_level):
@@ -99,8 +101,12 @@ class Runtime:
         has seen the stop, failing whatever is still pending), then free everything."""
         if self.timeline is not None:
             self.timeline.stop()
+        global _lost
         self.closed = True
         states = self.registry.states()
+        lost = self._lost_message(states)
+        if lost and _lost is None:
+            _lost = lost
         for state in states:        # device collectives' workers first: they submit to the sets
             worker = getattr(state, "_gpu_worker", None)
             if worker is not None:
@@ -108,7 +114,8 @@ class Runtime:
                 worker.thread.join()
         for state in states:        # every set's stop is under way before any is waited for
             state.stop()
-        finalized = self.MPI.Is_finalized()
+        # after a lost rank nothing is freed: MPI calls on its communicators may never return
+        finalized = self.MPI.Is_finalized() or lost is not None
         for state in states:
             state.join(finalized)
         self.registry.invalidate_all()
@@ -117,6 +124,16 @@ class Runtime:
             gpu_comm = getattr(self, "_gpu_comm", None)
             for c in ((gpu_comm,) if gpu_comm is not None else ()) + (self.cross, self.local, self.comm):
                 c.Free()
+
+
+    @staticmethod
+    def _lost_message(states):
+        from hvlite._core.codes import ERROR_KINDS
+        for state in states:
+            death = state.coordinator.death()
+            if death and ERROR_KINDS[death[0]] == "lost":
+                return death[1]
+        return None
 
 
 def measure_cost_model(comm, local, cross, defaults):
@@ -268,6 +285,9 @@ def init(comm=None, process_sets=None):
     if _current is not None:
         _check_repeat(_current, comm, process_sets)
         return _current
+    if _lost is not None:
+        raise LostRankError(f"hvlite.init(): MPI cannot be used again in this process after a "
+                            f"lost rank ({_lost})")
     settings, sets, problem = _read_arguments(process_sets)
     MPI = _mpi((settings or _config.Settings()).mpi_thread_level)
     base = MPI.COMM_WORLD if comm is None else comm
@@ -334,4 +354,14 @@ def is_initialized():
     return _current is not None
 
 
-atexit.register(shutdown)
+def _at_exit():
+    """shutdown(); after a lost rank, end the process here with status 1: MPI_Finalize would
+    wait for the lost rank for ever (the launcher then ends the other ranks)."""
+    shutdown()
+    if _lost is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+atexit.register(_at_exit)

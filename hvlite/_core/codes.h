@@ -33,7 +33,7 @@
 /* How a request ended; codes.pyx maps each kind to its exception class. */
 #define HV_ERROR_KINDS(X) \
     X(E_NONE, "none") X(E_MISMATCH, "mismatch") X(E_SHUTDOWN, "shutdown") X(E_STALL, "stall") \
-    X(E_MPI, "mpi") X(E_INVALID, "invalid")
+    X(E_MPI, "mpi") X(E_INVALID, "invalid") X(E_LOST, "lost")
 
 /* hvlite's own error codes: negative, so they never collide with MPI's (0 is success, MPI's
  * codes and classes are positive). The text is what users read after "MPI error <code>:". */
@@ -42,6 +42,7 @@
     X(HV_ERR_SHM, -2, "the shared-memory all-reduce is unavailable here (see hvlite.shm_info())") \
     X(HV_ERR_COUNT, -3, "a message of more than INT_MAX elements or bytes; MPI counts are int") \
     X(HV_ERR_TIMEOUT, -7, "no answer from the peer within the time limit") \
+    X(HV_ERR_LOST, -8, "a peer rank stopped answering while this one waited on it (lost)") \
     X(HV_MISMATCH, -100, "the ranks disagree on the call (count, dtype, op or algorithm)")
 
 #define HV_ENUM2(name, text) name,

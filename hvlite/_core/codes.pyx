@@ -18,7 +18,7 @@ OPS = _table(HV_OP_NAMES, OP_COUNT)
 ALGORITHMS = _table(HV_ALGORITHM_NAMES, ALG_COUNT)
 ERROR_KINDS = _table(HV_ERROR_KIND_NAMES, E_COUNT)
 OWN_ERRORS = {HV_ERR_NOMEM: "NOMEM", HV_ERR_SHM: "SHM", HV_ERR_COUNT: "COUNT",
-              HV_ERR_TIMEOUT: "TIMEOUT", HV_MISMATCH: "MISMATCH"}
+              HV_ERR_TIMEOUT: "TIMEOUT", HV_ERR_LOST: "LOST", HV_MISMATCH: "MISMATCH"}
 PENDING, DONE, ERROR = ST_PENDING, ST_DONE, ST_ERROR
 
 
@@ -53,7 +53,7 @@ def exception(int kind, message, int code=0):
     if kind == E_MPI:
         return errors.MPIError(code, message if message else error_string(code))
     cls = {E_MISMATCH: errors.MismatchError, E_SHUTDOWN: errors.ShutdownError,
-           E_STALL: errors.StallError}.get(kind, errors.InvalidArgumentError)
+           E_STALL: errors.StallError, E_LOST: errors.LostRankError}.get(kind, errors.InvalidArgumentError)
     return cls(message)
 
 

@@ -2,7 +2,9 @@
 queued collective, the only thread that calls MPI for queued work, never holding the GIL.
 
 A round, on every rank, whenever it has work pending (an idle coordinator sleeps on a condition
-variable until work is submitted, so idle processes use no CPU):
+variable until work is submitted, waking every few ms up to 50 ms to answer liveness pings, so
+idle processes use no measurable CPU; a peer that waits in a round pings it, and it joins that
+round: see liveness.pyx):
   1. drain the queue; each request is a cache hit (its slot's bit) or a miss (to send rank 0);
   2. one all-reduce (BAND) of [ready bits | still-valid bits | flags] (transport.pyx);
   3. if a rank has cache misses, is stopping, or reports a stall (stall.pyx): a gather of the
@@ -13,6 +15,8 @@ variable until work is submitted, so idle processes use no CPU):
   5. complete handles.
 While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
 meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
+Every wait of this thread polls its liveness watch: a peer that stops answering ends the
+coordinator with a LostRankError naming it and what was in flight.
 """
 # distutils: language = c++
 from cython.operator cimport dereference as deref
@@ -35,7 +39,7 @@ from hvlite._core.table cimport Table
 from hvlite._core.controller cimport table_init, controller_respond
 from hvlite._core.stall cimport Stall, stall_init, stall_due
 from hvlite._core.transport cimport transport_agree, transport_gather, transport_bcast
-from hvlite._core.describe cimport int_to_str
+from hvlite._core.describe cimport int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
@@ -43,6 +47,8 @@ from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tun
 from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
+cimport mpi4py.MPI as MPI
+from hvlite._core.liveness cimport Watch, watch_init, watch_free, watch_bind, watch_poll, watch_ping_all
 
 cnp.import_array()
 
@@ -81,6 +87,9 @@ cdef class Coordinator:
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
     cdef Recorder rec
     cdef Tuner tune
+    cdef Watch watch
+    cdef vector[int] granks       # the set's global ranks, for messages
+    cdef string doing             # what this thread waits on now, for a lost-rank message
     # user-thread side (under the GIL): every Pending whose request may still be in flight
     cdef list live
     cdef Py_ssize_t since_sweep
@@ -93,12 +102,20 @@ cdef class Coordinator:
         self.fusion.cap = 0
         rec_init(&self.rec)
         tune_init(&self.tune)
+        watch_init(&self.watch, MPI_COMM_NULL, 0, 0)
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
                  double stall_check, double stall_shutdown, size_t fusion_tensor_limit,
-                 tuple shm=(False, 0, 0, False)):
+                 tuple shm=(False, 0, 0, False), control=None, ranks=None,
+                 double lost_after=5.0, double ping_after=0.25):
+        """`control`: a communicator of the set for liveness pings only (None: no watch, a
+        missing rank is waited for without limit); `ranks`: the set's global ranks."""
         context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
+        if control is not None:
+            watch_init(&self.watch, (<MPI.Comm>control).ob_mpi, ping_after, lost_after)
+        for r in (ranks if ranks is not None else range(self.ctx.size)):
+            self.granks.push_back(int(r))
         self.fusion.threshold = fusion_threshold
         self.fusion.tensor_limit = fusion_tensor_limit
         cache_init(&self.cache, cache_capacity)
@@ -109,6 +126,7 @@ cdef class Coordinator:
         self.since_sweep = 0
 
     def __dealloc__(self):
+        watch_free(&self.watch)
         context_free(&self.ctx)
         fusion_free(&self.fusion)
         hv_monitor_destroy(&self.qmon)
@@ -291,10 +309,10 @@ cdef class Coordinator:
         cdef vector[Request*] fresh
         cdef bint stopping
         cdef double start, remaining
+        watch_bind(&self.watch)
         while True:
             hv_lock(&self.qmon)
-            while self.queue.empty() and self.pending.empty() and not self.stop_requested:
-                hv_wait(&self.qmon, -1)
+            self._idle()
             fresh.swap(self.queue)
             stopping = self.stop_requested
             hv_unlock(&self.qmon)
@@ -310,6 +328,23 @@ cdef class Coordinator:
                     if not self.stop_requested:
                         hv_wait(&self.qmon, remaining)
                     hv_unlock(&self.qmon)
+
+    cdef void _idle(self) noexcept nogil:
+        """(qmon held) Sleep until work is queued, a stop is asked for, or a peer pings for a
+        round this rank has not joined; the sleep is woken at once by a submit, and otherwise
+        polls the liveness watch at intervals doubling from 1 to 50 ms."""
+        cdef double pause = 1e-3
+        while self.queue.empty() and self.pending.empty() and not self.stop_requested:
+            if self.watch.ctl == MPI_COMM_NULL:
+                hv_wait(&self.qmon, -1)
+                continue
+            if self.watch.wanted > self.watch.clock:
+                return
+            hv_wait(&self.qmon, pause)
+            hv_unlock(&self.qmon)
+            watch_poll(&self.watch, 0.0)
+            hv_lock(&self.qmon)
+            pause = pause * 2 if pause < 25e-3 else 50e-3
 
     cdef void _intake(self, vector[Request*]& fresh) noexcept nogil:
         cdef int slot
@@ -333,21 +368,32 @@ cdef class Coordinator:
         cdef uint64_t flags
         self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
+        self._doing_round()
+        self.watch.negotiating = True
+        if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
+            watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
         err = transport_agree(self.ctx.comm, bits)
         t1 = hv_now()
         if err:
-            self._die(E_MPI, b"negotiation failed: ", err)
+            self._die_err(b"negotiation failed: ", err)
             return 1
         self.clock += 1
+        self.watch.clock = self.clock
+        self.watch.negotiating = False
         self.rounds += 1
         flags = bits_flags(bits, W)
         self._cached(bits, W, not (flags & FLAG_ALL_JOINED), items)
         self.own_seconds += hv_now() - t1
         if (flags & SLOW_FLAGS) != SLOW_FLAGS:
             finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL))
+            if self.dead:       # the gather or broadcast failed: everything has failed already
+                return 1
         ready = hv_now()
         self.negotiate_seconds += ready - t0
         self._run_ready(items, finish != 2, t0, ready)
+        if self.watch.lost >= 0:
+            self._die_err(b"", HV_ERR_LOST)
+            return 1
         if finish:
             self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
             return 1
@@ -455,7 +501,7 @@ cdef class Coordinator:
         if not err:
             err = transport_bcast(self.ctx.comm, self.ctx.rank, resp)
         if err:
-            self._die(E_MPI, b"negotiation failed: ", err)
+            self._die_err(b"negotiation failed: ", err)
             return 2
         return self._apply(resp, items, stopping)
 
@@ -556,6 +602,7 @@ cdef class Coordinator:
         cdef Request* req
         cdef size_t es, k
         cdef int err, c
+        self._doing_items(items, C_ALLREDUCE)
         # Average divides by the set's size: a joined rank counts, contributing zeros (Horovod's rule)
         run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
         for k in range(items.size()):
@@ -567,11 +614,12 @@ cdef class Coordinator:
                 it.start = it.packed = hv_now()
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
             if c != C_ALLREDUCE:
+                self.doing = self._label(it.meta.collective, it.name)
                 err = run_item(self.ctx.comm, it)
             if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
-            if req == NULL:
-                continue
+            if req == NULL or err == HV_ERR_LOST:
+                continue        # a lost peer: the round ends in _die_err, failing it with the rest
             if self.rec.on:
                 self._record(it, req, item_count(req.meta) * es)
             if err:
@@ -620,6 +668,57 @@ cdef class Coordinator:
         if orphan:
             free(req.result)
             del req
+
+    cdef string _label(self, int collective, const string& name) noexcept nogil:
+        cdef string s = string(code_name(HV_COLLECTIVE_NAMES, C_COUNT, collective, b"collective"))
+        s.append(b" '")
+        s.append(name)
+        s.append(b"'")
+        return s
+
+    cdef void _doing_round(self) noexcept nogil:
+        """The round's description for a lost-rank message: the names this rank waits on."""
+        cdef int shown = 0
+        self.doing = string(b"a negotiation round")
+        for kv in self.pending:
+            if shown == 3:
+                self.doing.append(b", ...")
+                break
+            self.doing.append(b" (waiting on " if shown == 0 else b", ")
+            self.doing.append(self._label(kv.second.meta.collective, kv.first))
+            shown += 1
+        if shown:
+            self.doing.append(b")")
+
+    cdef void _doing_items(self, vector[Item]& items, int collective) noexcept nogil:
+        cdef int k = 0
+        cdef size_t i
+        for i in range(items.size()):
+            if items[i].meta.collective == collective:
+                if k == 0:
+                    self.doing = self._label(collective, items[i].name)
+                k += 1
+        if k > 1:
+            self.doing.append(b" (fused with ")
+            self.doing.append(int_to_str(k - 1))
+            self.doing.append(b" more)")
+
+    cdef void _die_err(self, const char* what, int code) noexcept nogil:
+        """Stop for good after a failed MPI call; a lost peer is named with what was in flight."""
+        cdef string why
+        cdef int peer = self.watch.lost
+        if code != HV_ERR_LOST or peer < 0:
+            self._die(E_MPI, what, code)
+            return
+        why = string(b"rank ")
+        why.append(int_to_str(self.granks[peer] if peer < <int>self.granks.size() else peer))
+        why.append(b" is lost: it has not answered for ")
+        why.append(int_to_str(<int64_t>(self.watch.lost_silence + 0.5)))
+        why.append(b" s (HVLITE_LOST_RANK_SECONDS) while this rank waited in ")
+        why.append(self.doing)
+        why.append(b"; it was killed, stopped or exited without shutdown(), and MPI cannot go on "
+                   b"without it")
+        self._die(E_LOST, why.c_str(), 0)
 
     cdef void _die(self, int kind, const char* why, int code) noexcept nogil:
         """Stop for good: every pending and queued request fails with the reason."""

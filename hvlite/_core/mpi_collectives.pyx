@@ -1,6 +1,6 @@
 """The collectives other than all-reduce, on MPI's own implementations (MPI does these well).
 
-Sizes that differ by rank (allgather's first dimension, alltoall's splits) are exchanged first,
+Each runs as MPI's non-blocking call, waited on through liveness.wait_all. Sizes that differ by rank (allgather's first dimension, alltoall's splits) are exchanged first,
 so the coordinator allocates each result once, at its final size. Byte counts above INT_MAX are
 an error here (MPI's int counts).
 """
@@ -16,6 +16,12 @@ from hvlite._core.mpiref cimport ensure_half_ops, mpi_type, mpi_op
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.fusion cimport Item, item_count
+from hvlite._core.liveness cimport wait_all
+
+
+cdef inline int _wait(int err, MPI_Request* req) noexcept nogil:
+    """The non-blocking call's result, polled through the liveness watch (a lost peer ends it)."""
+    return err if err else wait_all(1, req, False)
 
 
 
@@ -48,8 +54,9 @@ cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_b
     cdef size_t i
     MPI_Comm_size(comm, &n)
     cdef vector[int] counts, displs
+    cdef MPI_Request req
     all_rows.resize(n)
-    err = MPI_Allgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm)
+    err = _wait(MPI_Iallgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm, &req), &req)
     if err:
         return err
     total_rows[0] = 0
@@ -61,16 +68,17 @@ cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_b
     result[0] = <char*>malloc(total_rows[0] * row_bytes + 1)
     if result[0] == NULL:
         return -1
-    return MPI_Allgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
-                          counts.data(), displs.data(), MPI_BYTE, comm)
+    return _wait(MPI_Iallgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
+                                 counts.data(), displs.data(), MPI_BYTE, comm, &req), &req)
 
 
 cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexcept nogil:
     cdef size_t off = 0, k
     cdef int err
+    cdef MPI_Request req
     while off < nbytes:
         k = nbytes - off if nbytes - off < (1 << 30) else (1 << 30)
-        err = MPI_Bcast(buf + off, <int>k, MPI_BYTE, root, comm)
+        err = _wait(MPI_Ibcast(buf + off, <int>k, MPI_BYTE, root, comm, &req), &req)
         if err:
             return err
         off += k
@@ -85,8 +93,10 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
     MPI_Comm_size(comm, &n)
     cdef vector[int64_t] send = splits
     cdef vector[int] scounts, sdispls, rcounts, rdispls
+    cdef MPI_Request req
     recv_splits.resize(n)
-    err = MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv_splits.data(), 1, MPI_INT64_T, comm)
+    err = _wait(MPI_Ialltoall(send.data(), 1, MPI_INT64_T, recv_splits.data(), 1, MPI_INT64_T, comm,
+                              &req), &req)
     if err:
         return err
     for i in range(<size_t>n):
@@ -97,8 +107,8 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
     result[0] = <char*>malloc(total * row_bytes + 1)
     if result[0] == NULL:
         return -1
-    return MPI_Alltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
-                         result[0], rcounts.data(), rdispls.data(), MPI_BYTE, comm)
+    return _wait(MPI_Ialltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
+                                result[0], rcounts.data(), rdispls.data(), MPI_BYTE, comm, &req), &req)
 
 
 cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil:
@@ -113,6 +123,7 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
     MPI_Comm_rank(comm, &r)
     cdef vector[int] counts
     cdef int64_t c
+    cdef MPI_Request req
     counts.resize(n)
     for i in range(n):
         c = reducescatter_rows(rows, n, i) * <int64_t>row_elems
@@ -122,8 +133,8 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
     err = ensure_half_ops()
     if err:
         return err
-    err = MPI_Reduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype),
-                             mpi_op(dtype, kernel_op(op)), comm)
+    err = _wait(MPI_Ireduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype),
+                                    mpi_op(dtype, kernel_op(op)), comm, &req), &req)
     if err == 0:
         finish_op(output, <size_t>counts[r], dtype, op, n)
     return err

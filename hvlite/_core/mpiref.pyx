@@ -11,6 +11,7 @@ from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.reduce cimport *
+from hvlite._core.liveness cimport wait_all
 
 cdef enum:
     PIECE_ELEMS = 1 << 30
@@ -102,13 +103,17 @@ cdef MPI_Op mpi_op(int dt, int op) noexcept nogil:
 
 cdef int mpi_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm) noexcept nogil:
     cdef int err
+    cdef MPI_Request req
     cdef size_t off = 0, n, es = dtype_size(dtype)
     err = ensure_half_ops()
     if err:
         return err
     while off < count:
         n = count - off if count - off < PIECE_ELEMS else PIECE_ELEMS
-        err = MPI_Allreduce(MPI_IN_PLACE, buf + off * es, <int>n, mpi_type(dtype), mpi_op(dtype, op), comm)
+        err = MPI_Iallreduce(MPI_IN_PLACE, buf + off * es, <int>n, mpi_type(dtype), mpi_op(dtype, op), comm,
+                             &req)
+        if not err:
+            err = wait_all(1, &req, False)
         if err:
             return err
         off += n

@@ -3,11 +3,13 @@
 Chunk arithmetic lives here once: `block_start(count, parts, b)` is where block b of `parts`
 nearly-equal blocks begins (the first `count % parts` blocks hold one extra element).
 Messages never exceed INT_MAX bytes: large transfers go in pieces that both sides cut the same way.
+Every wait goes through liveness.wait_all, so a peer lost mid-transfer ends it with HV_ERR_LOST.
 """
 from libc.stdlib cimport malloc, free
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
+from hvlite._core.liveness cimport wait_all
 
 cdef enum:
     TAG = 0x4856
@@ -56,7 +58,7 @@ cdef int sendrecv(const char* sbuf, size_t sbytes, int dest,
             if err:
                 return err
             soff += sl
-        err = MPI_Waitall(2, req, MPI_STATUSES_IGNORE)
+        err = wait_all(2, req, False)
         if err:
             return err
     return 0
@@ -110,14 +112,14 @@ cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
                             comm, &rreq[(j + 1) % 2])
             if err:
                 break
-        err = MPI_Wait(&rreq[j % 2], MPI_STATUS_IGNORE)
+        err = wait_all(1, &rreq[j % 2], False)
         if err:
             break
         off = j * seg
         n = rcount - off if rcount - off < seg else seg
         reduce_into(acc + off * es, s.buf + (j % 2) * s.seg_bytes, n, dtype, op)
     if nsend:
-        err2 = MPI_Waitall(<int>nsend, sreq, MPI_STATUSES_IGNORE)
+        err2 = wait_all(<int>nsend, sreq, False)
         if not err:
             err = err2
         free(sreq)

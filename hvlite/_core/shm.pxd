@@ -11,6 +11,7 @@ cdef struct ShmArea:
     int me               # this rank's index among them
     long long epoch      # barriers passed; the same on every rank of the node
     size_t redundant_max # up to this many bytes per segment every rank reduces everything
+    int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.

@@ -28,7 +28,8 @@ from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into, fill_identity
 from hvlite._core.p2p cimport block_start, comm_size
-from hvlite._core.codes cimport HV_ERR_SHM
+from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST
+from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
 
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
@@ -65,13 +66,17 @@ cdef inline size_t _slice_start(size_t count, int L, int j, size_t es) noexcept 
 
 
 cdef void _barrier(ShmArea* a) noexcept nogil:
+    """Wait until every rank of the node has passed this epoch. A long wait polls the thread's
+    liveness watch; once a peer is lost the area is marked (a.lost) and no barrier waits again,
+    so the operation runs out and returns HV_ERR_LOST."""
     cdef int r
     cdef long spins
+    cdef double t0 = 0, next_poll = 0, now
     a.epoch += 1
     hv_store64(<volatile long long*>(a.base + a.me * LINE), a.epoch)
     for r in range(a.L):
         spins = 0
-        while hv_load64(<volatile long long*>(a.base + r * LINE)) < a.epoch:
+        while not a.lost and hv_load64(<volatile long long*>(a.base + r * LINE)) < a.epoch:
             spins += 1
             if spins < SPIN:
                 hv_pause()
@@ -79,6 +84,14 @@ cdef void _barrier(ShmArea* a) noexcept nogil:
                 hv_yield()
             else:
                 hv_sleep(2e-5)
+                now = hv_now()
+                if t0 == 0:
+                    t0 = next_poll = now
+                    watch_begin(watch_current())
+                if now >= next_poll:
+                    next_poll = now + 2e-3
+                    if watch_poll(watch_current(), now - t0) >= 0:
+                        a.lost = HV_ERR_LOST
 
 
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
@@ -158,7 +171,7 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
             memcpy(_slot(a, a.me, p), buf + off * es, n * es)
             _barrier(a)
             _reduce(a, p, 0, n, dtype, op, buf + off * es, buf + off * es, NULL)
-        return 0
+        return a.lost
     # Sliced (or, on uneven nodes, by the leader): segment k + 1 is copied in while segment k is
     # reduced, one barrier per segment. A rank copies in only what the others reduce, reduces
     # its slice from its own buffer and the others' slots, and copies the others' slices out.
@@ -186,7 +199,7 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
             _copy_except(_slot(a, a.me, q), seg + per * es, nn, nlo, nhi, es)
         _barrier(a)          # every rank passes it even after an error, so none is left waiting
         _copy_except(seg, _result(a, q), n, lo, hi, es)
-    return err
+    return err if err else a.lost
 
 
 cdef inline (size_t, size_t) _slice_bounds(size_t n, ShmArea* a, size_t es, bint leaders) noexcept nogil:
@@ -315,7 +328,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             _gather(p, np, off, off + n, _slot(a, a.me, pa), dtype, op)
             _barrier(a)
             _reduce_to_pieces(a, pa, off, n, dtype, op, p, np)
-        return 0
+        return a.lost
     # As shm_allreduce: gather only what the others reduce, reduce this rank's slice from its own
     # inputs (through an L1 buffer) and the others' slots, scatter it from the accumulator.
     n = count if count < per else per
@@ -337,7 +350,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
         _barrier(a)
         _scatter(p, np, off, off + lo, _result(a, q), dtype)
         _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, dtype)
-    return 0
+    return a.lost
 
 
 cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redundant_max,

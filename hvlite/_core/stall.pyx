@@ -24,8 +24,13 @@ cdef void stall_init(Stall* s, double check, double shutdown, double now) noexce
 
 
 cdef bint stall_due(Stall* s, double now, double oldest) noexcept nogil:
-    """At most one report per check interval, and only while something has waited that long."""
-    if s.check > 0 and now - oldest >= s.check and now - s.last >= s.check:
+    """At most one report per check interval, and only while something has waited that long;
+    and one as soon as the shutdown time has passed, whenever the last report was, so the
+    StallError comes on time."""
+    if s.check <= 0 or now - oldest < s.check:
+        return False
+    if now - s.last >= s.check or (s.shutdown > 0 and now - oldest >= s.shutdown and
+                                   s.last < oldest + s.shutdown):
         s.last = now
         return True
     return False

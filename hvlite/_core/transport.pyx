@@ -1,23 +1,18 @@
 """The MPI side of a negotiation round, kept apart from the format so each can change alone:
 the all-reduce of the cache bits every round, and on slow rounds the gather of submissions to
-rank 0 and the broadcast of its response. Per slow round: Gather + Gatherv + 2 Bcast."""
+rank 0 and the broadcast of its response. Per slow round: Gather + Gatherv + 2 Bcast. Every call
+is non-blocking and polled through liveness.wait_all, so a wait on a rank that never comes
+answers pings, pulls idle peers in and ends when a peer is lost."""
 # distutils: language = c++
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport *
-from hvlite._core.sync cimport hv_backoff, hv_backoff_init, hv_backoff_step
+from hvlite._core.liveness cimport wait_all
 
 
 cdef int transport_wait(MPI_Request* r) noexcept nogil:
-    """MPI_Test until done: spin, then yield, then sleep up to 1 ms between tests, so waiting
-    for a late rank does not burn a core."""
-    cdef int flag = 0, err
-    cdef hv_backoff b
-    hv_backoff_init(&b)
-    while True:
-        err = MPI_Test(r, &flag, MPI_STATUS_IGNORE)
-        if err or flag:
-            return err
-        hv_backoff_step(&b)
+    """Until done: spin, then yield, then sleep up to 1 ms between tests, so waiting for a late
+    rank does not burn a core."""
+    return wait_all(1, r, True)
 
 
 cdef int transport_agree(MPI_Comm comm, vector[uint64_t]& bits) noexcept nogil:
@@ -36,15 +31,20 @@ cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload,
     cdef Span sp
     lens.resize(n)
     displs.resize(n)
-    err = MPI_Gather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm)
+    cdef MPI_Request req
+    err = MPI_Igather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
     if not err and rank == 0:
         for r in range(n):
             displs[r] = total
             total += lens[r]
         buf.resize(total + 1)
     if not err:
-        err = MPI_Gatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(), displs.data(),
-                          MPI_BYTE, 0, comm)
+        err = MPI_Igatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(),
+                           displs.data(), MPI_BYTE, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
     spans.clear()
     if not err and rank == 0:
         for r in range(n):
@@ -56,9 +56,14 @@ cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload,
 
 cdef int transport_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
     cdef int64_t len64 = <int64_t>resp.size()
-    cdef int err = MPI_Bcast(&len64, 1, MPI_INT64_T, 0, comm)
+    cdef MPI_Request req
+    cdef int err = MPI_Ibcast(&len64, 1, MPI_INT64_T, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
     if not err and rank != 0:
         resp.resize(<size_t>len64)
     if not err:
-        err = MPI_Bcast(resp.data(), <int>len64, MPI_BYTE, 0, comm)
+        err = MPI_Ibcast(resp.data(), <int>len64, MPI_BYTE, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
     return err

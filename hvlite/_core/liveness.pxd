@@ -1,0 +1,39 @@
+from libc.stdint cimport int64_t
+from mpi4py.libmpi cimport MPI_Comm, MPI_Request
+
+# How a coordinator stays in touch with its peers while it waits (see liveness.pyx): a
+# dedicated communicator for pings and their acknowledgements, who has not answered since when,
+# and whether an idle coordinator has been asked to join a round.
+cdef struct Watch:
+    MPI_Comm ctl                 # MPI_COMM_NULL: no watch (every function is then a no-op)
+    int rank, n
+    double ping_after            # a wait this long starts pinging, one ping per peer per interval
+    double lost_after            # a peer silent this long after a ping is lost
+    double last_ping
+    int64_t clock                # rounds this coordinator has agreed
+    bint negotiating             # waiting in round clock + 1 (else running round clock's work)
+    int64_t wanted               # the latest round a peer waits in (an idle coordinator joins it)
+    double* silent_since         # per peer: when the oldest unanswered ping went out, 0 if none
+    MPI_Request* ping_req        # per peer: the outstanding ping and acknowledgement sends
+    MPI_Request* ack_req
+    int64_t* ping_buf
+    int64_t* ack_buf
+    int lost                     # the first peer found lost, -1 while none
+    double lost_silence
+
+cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after) except -1
+cdef void watch_free(Watch* w) noexcept nogil
+# The watch of the calling thread's coordinator: waits deep inside an algorithm find it here.
+cdef void watch_bind(Watch* w) noexcept nogil
+cdef Watch* watch_current() noexcept nogil
+# A wait on this thread starts: peers silent in an earlier wait are given a fresh chance.
+cdef void watch_begin(Watch* w) noexcept nogil
+# Answer peers' pings, and after `waited` >= ping_after ping every peer; returns the lost
+# peer's rank (in the watched communicator), or -1.
+cdef int watch_poll(Watch* w, double waited) noexcept nogil
+# Ping every peer now (a stopping coordinator wants everyone in its round at once).
+cdef void watch_ping_all(Watch* w) noexcept nogil
+# MPI_Waitall that stays in touch: spins (yielding after a while), polls the thread's watch once
+# a wait has lasted a few milliseconds, and with `patient` sleeps between tests (waits on a late
+# rank, not on data in transit). Returns HV_ERR_LOST when the watch finds a peer lost.
+cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil

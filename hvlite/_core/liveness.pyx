@@ -1,0 +1,209 @@
+"""Knowing that peers are alive without their cooperation beyond a running coordinator thread.
+
+A coordinator only hears from its peers in rounds, and a round needs every rank: a rank whose
+coordinator has nothing to do never joins one, so the others would wait on it for ever, and a
+rank that stopped (SIGSTOP), exited without shutdown() or died looks exactly the same. So every
+wait of a coordinator thread that lasts `ping_after` seconds pings every peer on a communicator of
+its own, once per interval; every coordinator answers pings while it waits or idles, and an idle
+one that is pinged for a round it has not joined joins it (so stall reports and shutdown need no
+help from the user code of the missing rank). A peer that leaves a ping unanswered for
+`lost_after` seconds is lost: the wait returns HV_ERR_LOST and the coordinator fails everything
+naming that rank.
+
+Messages: one int64 (the round the sender waits in), tag PING or ACK, received with Iprobe then
+Recv from the probed source (a posted Irecv(ANY_SOURCE) can miss remote senders on some netmods).
+A ping or acknowledgement to a peer whose previous one is still in transit is skipped, so a
+stopped peer never accumulates sends.
+"""
+from libc.stdlib cimport calloc, free
+from libc.stdint cimport int64_t
+from mpi4py.libmpi cimport *
+from hvlite._core.codes cimport HV_ERR_LOST, HV_ERR_NOMEM
+from hvlite._core.sync cimport hv_now, hv_sleep, hv_yield
+
+cdef extern from *:
+    """
+    static __thread void* hv_watch_of_thread = 0;
+    """
+    void* hv_watch_of_thread
+
+cdef enum:
+    PING = 1
+    ACK = 2
+    QUICK = 64              # tests before the first yield
+    POLL_AFTER_NS = 5000000 # a wait polls its watch once it has lasted 5 ms,
+    POLL_EVERY_NS = 2000000 # then every 2 ms
+
+
+cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after) except -1:
+    cdef int i
+    w.ctl = ctl
+    w.rank = w.n = 0
+    w.ping_after = ping_after
+    w.lost_after = lost_after
+    w.last_ping = 0
+    w.clock = 0
+    w.negotiating = False
+    w.wanted = 0
+    w.lost = -1
+    w.lost_silence = 0
+    w.silent_since = NULL
+    w.ping_req = w.ack_req = NULL
+    w.ping_buf = w.ack_buf = NULL
+    if ctl == MPI_COMM_NULL:
+        return 0
+    MPI_Comm_rank(ctl, &w.rank)
+    MPI_Comm_size(ctl, &w.n)
+    w.silent_since = <double*>calloc(w.n, sizeof(double))
+    w.ping_req = <MPI_Request*>calloc(w.n, sizeof(MPI_Request))
+    w.ack_req = <MPI_Request*>calloc(w.n, sizeof(MPI_Request))
+    w.ping_buf = <int64_t*>calloc(w.n, sizeof(int64_t))
+    w.ack_buf = <int64_t*>calloc(w.n, sizeof(int64_t))
+    if not (w.silent_since and w.ping_req and w.ack_req and w.ping_buf and w.ack_buf):
+        watch_free(w)
+        raise MemoryError("liveness watch")
+    for i in range(w.n):
+        w.ping_req[i] = MPI_REQUEST_NULL
+        w.ack_req[i] = MPI_REQUEST_NULL
+    return 0
+
+
+cdef void _drop(MPI_Request* r) noexcept nogil:
+    cdef int flag = 0
+    if r[0] == MPI_REQUEST_NULL:
+        return
+    MPI_Test(r, &flag, MPI_STATUS_IGNORE)
+    if not flag:            # a send to a peer that never took it (stopped or gone)
+        MPI_Cancel(r)
+        MPI_Request_free(r)
+    r[0] = MPI_REQUEST_NULL
+
+
+cdef void watch_free(Watch* w) noexcept nogil:
+    global hv_watch_of_thread
+    cdef int i
+    if w.ping_req != NULL and w.ack_req != NULL:
+        for i in range(w.n):
+            _drop(&w.ping_req[i])
+            _drop(&w.ack_req[i])
+    free(w.silent_since)
+    free(w.ping_req)
+    free(w.ack_req)
+    free(w.ping_buf)
+    free(w.ack_buf)
+    w.silent_since = NULL
+    w.ping_req = w.ack_req = NULL
+    w.ping_buf = w.ack_buf = NULL
+    w.ctl = MPI_COMM_NULL
+    if hv_watch_of_thread == <void*>w:
+        hv_watch_of_thread = NULL
+
+
+cdef void watch_bind(Watch* w) noexcept nogil:
+    global hv_watch_of_thread
+    hv_watch_of_thread = <void*>w
+
+
+cdef Watch* watch_current() noexcept nogil:
+    return <Watch*>hv_watch_of_thread
+
+
+cdef void watch_begin(Watch* w) noexcept nogil:
+    cdef int i
+    if w == NULL or w.ctl == MPI_COMM_NULL:
+        return
+    for i in range(w.n):
+        w.silent_since[i] = 0
+
+
+cdef bint _free_slot(MPI_Request* r) noexcept nogil:
+    """Whether the previous send through this slot has completed (or there was none)."""
+    cdef int flag = 1
+    if r[0] != MPI_REQUEST_NULL:
+        MPI_Test(r, &flag, MPI_STATUS_IGNORE)
+    return flag != 0
+
+
+cdef void _send(Watch* w, int peer, int tag, MPI_Request* req, int64_t* buf) noexcept nogil:
+    if _free_slot(req):
+        buf[0] = w.clock + (1 if w.negotiating else 0)
+        MPI_Isend(buf, 1, MPI_INT64_T, peer, tag, w.ctl, req)
+
+
+cdef void _answer(Watch* w) noexcept nogil:
+    """Receive every ping and acknowledgement waiting; acknowledge pings."""
+    cdef int flag = 1
+    cdef MPI_Status st
+    cdef int64_t value
+    while True:
+        flag = 0
+        if MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w.ctl, &flag, &st) or not flag:
+            return
+        if MPI_Recv(&value, 1, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, w.ctl, MPI_STATUS_IGNORE):
+            return
+        w.silent_since[st.MPI_SOURCE] = 0     # any message shows the peer is alive
+        if st.MPI_TAG == PING:
+            if value > w.wanted:
+                w.wanted = value
+            _send(w, st.MPI_SOURCE, ACK, &w.ack_req[st.MPI_SOURCE], &w.ack_buf[st.MPI_SOURCE])
+
+
+cdef void watch_ping_all(Watch* w) noexcept nogil:
+    cdef int i
+    cdef double now = hv_now()
+    if w == NULL or w.ctl == MPI_COMM_NULL:
+        return
+    w.last_ping = now
+    for i in range(w.n):
+        if i != w.rank:
+            if w.silent_since[i] == 0:
+                w.silent_since[i] = now
+            _send(w, i, PING, &w.ping_req[i], &w.ping_buf[i])
+
+
+cdef int watch_poll(Watch* w, double waited) noexcept nogil:
+    cdef int i
+    cdef double now
+    if w == NULL or w.ctl == MPI_COMM_NULL:
+        return -1
+    if w.lost >= 0:
+        return w.lost
+    _answer(w)
+    if waited < w.ping_after:
+        return -1
+    now = hv_now()
+    if now - w.last_ping >= w.ping_after:
+        watch_ping_all(w)
+    for i in range(w.n):
+        if w.silent_since[i] > 0 and now - w.silent_since[i] >= w.lost_after:
+            w.lost = i
+            w.lost_silence = now - w.silent_since[i]
+            return i
+    return -1
+
+
+cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil:
+    cdef int flag = 0, err, tests = 0
+    cdef Watch* w = watch_current()
+    cdef double t0 = 0, now, next_poll = 0, pause = 10e-6
+    while True:
+        err = MPI_Testall(count, reqs, &flag, MPI_STATUSES_IGNORE)
+        if err or flag:
+            return err
+        tests += 1
+        if tests < QUICK:
+            continue
+        now = hv_now()
+        if tests == QUICK:
+            t0 = now
+            next_poll = now + POLL_AFTER_NS * 1e-9
+            watch_begin(w)
+        if now >= next_poll:
+            next_poll = now + POLL_EVERY_NS * 1e-9
+            if watch_poll(w, now - t0) >= 0:
+                return HV_ERR_LOST
+        if not patient or now - t0 < 200e-6:
+            hv_yield()
+        else:
+            hv_sleep(pause)
+            pause = pause * 2 if pause < 1e-3 else 1e-3
