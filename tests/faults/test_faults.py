@@ -45,7 +45,7 @@ def test_init_agreement(mpirun, n, case):
     assert took < BOUND, f"{case} at {n} ranks took {took:.1f}s"
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 5])
 def test_argument_errors_reach_every_rank(mpirun, n):
     out, took = _timed(mpirun, n, "tests/faults/mpi_arguments.py")
     assert "passed" in out and "failed" not in out, out
