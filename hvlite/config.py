@@ -365,6 +365,12 @@ OTHER_VARIABLES = (
      "The mpiexec to run (`hvliterun --mpiexec` wins); default: the one next to the Python "
      "running, else the first on `PATH`."),
     ("HVLITE_BUILD_JOBS", "`setup.py`", "Parallel compile jobs for the core's extensions."),
+    ("HVLITE_RUN_STATUS_DIR", "`hvliterun` (sets it on every rank)",
+     "Where each rank's supervisor writes the record the failure summary is made from: a "
+     "directory hvliterun makes for the job (in `--status-dir` if given) and removes after it."),
+    ("HVLITE_RUN_JOB", "`hvliterun` (sets it on every rank)",
+     "A token unique to the job: after a failed job, hvliterun ends the processes of this user "
+     "that still carry it."),
     ("HVLITE_SANITIZE", "`setup.py`",
      "`1`: build the core with AddressSanitizer and UBSan (`make test-asan` sets it)."),
 )

@@ -3,15 +3,26 @@
 Builds and runs the mpiexec of the MPI hvlite was built against (MPICH's hydra or Open MPI),
 passing hvlite's settings as environment variables to every rank, forwarding SIGINT/SIGTERM/
 SIGHUP to the job, and exiting with the job's status.
+
+Each rank runs under a small supervisor (hvlite/run/rank.py, unless --no-supervise) that records
+how it ended; when the job fails, hvliterun prints a summary of the failed ranks (which, where,
+exit code or signal, first error line, which failed first), ends the job's leftover processes,
+and removes the MPI shared-memory files the job left in /dev/shm (hvlite/run/cleanup.py).
 """
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 from hvlite.config import ALGORITHMS
+from hvlite.run import cleanup, summary
+from hvlite.run.rank import STATUS_DIR_ENV
+
+RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
 
 
 class LaunchError(Exception):
@@ -49,6 +60,12 @@ def parser():
     p.add_argument("--mpi-thread-level", choices=("single", "funneled", "serialized", "multiple"))
     p.add_argument("--mpiexec", help="the mpiexec to use (default: the one next to this Python)")
     p.add_argument("--verbose", action="store_true", help="print the mpiexec command; debug logging")
+    p.add_argument("--no-supervise", dest="supervise", action="store_false",
+                   help="start the ranks directly, without the per-rank supervisor (no failure "
+                        "summary)")
+    p.add_argument("--status-dir", help="where the ranks' records go (default: a temporary "
+                                        "directory on this host; for ranks on other hosts, a "
+                                        "directory every host sees)")
     p.add_argument("--check-build", action="store_true",
                    help="print hvlite's and MPI's versions, thread level, algorithms, and exit")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
@@ -167,16 +184,17 @@ def settings_env(args):
     return env
 
 
-def build_command(args, mpiexec, flavor):
-    """The mpiexec command line: ranks, hosts, and every setting exported to every rank."""
+def build_command(args, mpiexec, flavor, job_env=None, wrapper=()):
+    """The mpiexec command line: ranks, hosts, and every setting exported to every rank
+    (`job_env`: more variables for every rank; `wrapper`: what runs the command on each rank)."""
     cmd = [mpiexec, "-n", str(args.np)]
     hosts = parse_hosts(args.hosts) if args.hosts else (read_hostfile(args.hostfile) if args.hostfile else None)
     if hosts:
         spec = ",".join(f"{h}:{n}" for h, n in hosts)
         cmd += ["-H", spec] if flavor == "openmpi" else ["-hosts", spec]
-    for key, value in sorted(settings_env(args).items()):
+    for key, value in sorted({**settings_env(args), **(job_env or {})}.items()):
         cmd += ["-x", f"{key}={value}"] if flavor == "openmpi" else ["-genv", key, value]
-    return cmd + list(args.command)
+    return cmd + list(wrapper) + list(args.command)
 
 
 def check_build():
@@ -220,23 +238,72 @@ def main(argv=None):
         if args.check_build:
             return check_build()
         mpiexec = find_mpiexec(args.mpiexec)
-        cmd = build_command(args, mpiexec, mpi_flavor(mpiexec))
+        flavor = mpi_flavor(mpiexec)
+        status_dir = _status_dir(args) if args.supervise else None
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 2
+    job_env = {cleanup.JOB_ENV: secrets.token_hex(8)}
+    wrapper = ()
+    if status_dir:
+        job_env[STATUS_DIR_ENV] = status_dir
+        wrapper = (sys.executable, RANK_WRAPPER)
+    try:
+        return _launch(args, build_command(args, mpiexec, flavor, job_env, wrapper), job_env,
+                       status_dir)
+    finally:
+        if status_dir:
+            shutil.rmtree(status_dir, ignore_errors=True)
+
+
+def _status_dir(args):
+    try:
+        return tempfile.mkdtemp(prefix="hvliterun-", dir=args.status_dir)
+    except OSError as e:
+        raise LaunchError(f"hvliterun: cannot make a status directory in "
+                          f"{args.status_dir or tempfile.gettempdir()!r}: {e.strerror}") from None
+
+
+def _launch(args, cmd, job_env, status_dir):
     if args.verbose:
         print("hvliterun: " + " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ)
     env.update(settings_env(args))
+    shm_before = cleanup.shm_listing()
     try:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as e:
         print(f"hvliterun: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 2
+    received = []
 
     def forward(signum, frame):
+        received.append(signum)
         proc.send_signal(signum)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     rc = proc.wait()
-    return rc if rc >= 0 else 128 - rc
+    rc = rc if rc >= 0 else 128 - rc
+    return _after(args, rc, job_env, status_dir, shm_before, received)
+
+
+def _after(args, rc, job_env, status_dir, shm_before, received):
+    """After mpiexec returned: the summary, the job's leftovers, the exit status."""
+    records = summary.read_records(status_dir) if status_dir else []
+    failed = summary.job_failed(records, rc)
+    status = rc if rc != 0 or not failed else 1      # mpiexec's, or 1 where only a record failed
+    if records and failed:         # (no record at all: mpiexec started nothing, and said why)
+        text = summary.format_summary(
+            records, status, args.command, args.np,
+            signal.Signals(received[0]).name if received else None)
+        print(text, file=sys.stderr, flush=True)
+    if failed:
+        killed = cleanup.end_job_processes(job_env[cleanup.JOB_ENV])
+        if killed:
+            print(f"hvliterun: killed {len(killed)} leftover process(es) of the job: "
+                  f"{' '.join(map(str, killed))}", file=sys.stderr, flush=True)
+    removed = cleanup.clean_shm(shm_before)
+    if removed:
+        print(f"hvliterun: removed {len(removed)} shared-memory file(s) left in /dev/shm: "
+              f"{' '.join(os.path.basename(p) for p in removed)}", file=sys.stderr, flush=True)
+    return status

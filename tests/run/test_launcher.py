@@ -114,6 +114,7 @@ def test_sigterm_is_forwarded_to_the_job(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert rc != 0 and time.monotonic() - t0 < 20
+    assert "hvliterun received SIGTERM and passed it to the job" in proc.stderr.read().decode()
 
 
 def test_check_build():
