@@ -308,6 +308,7 @@ def init(comm=None, process_sets=None):
     except BaseException:       # every rank fails alike: none is left half-initialized
         shutdown()
         raise
+    _mark_state(rt, "running")
     return _current
 
 
@@ -317,6 +318,22 @@ def shutdown():
     rt, _current = _current, None
     if rt is not None:
         rt.close()
+        _mark_state(rt, "stopped")
+
+
+def _mark_state(rt, state):
+    """Under hvliterun's supervision, tell it whether hvlite runs in this rank: a rank that exits
+    with status 0 while "running" (os._exit, no shutdown) is a failure of the job."""
+    directory = os.environ.get("HVLITE_RUN_STATUS_DIR")
+    if not directory or not os.path.isdir(directory):
+        return
+    try:
+        path = os.path.join(directory, f"hvlite-{rt.MPI.COMM_WORLD.Get_rank()}.state")
+        with open(path + ".tmp", "w") as f:
+            f.write(state)
+        os.replace(path + ".tmp", path)
+    except Exception:   # noqa: BLE001 - a courtesy to the launcher, never a reason to fail
+        pass
 
 
 def add_process_set(process_set):

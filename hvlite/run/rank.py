@@ -16,6 +16,11 @@ first unindented line after `Traceback (most recent call last):`, e.g. `ValueErr
 without a traceback, the first line that matches ERROR_PATTERN (a word ending in `Error` or
 `Exception`, `error:`, `ERROR`, `FATAL`, `Fatal error`, `Segmentation fault`, `Abort`).
 
+A rank that exits with status 0 while hvlite is still running in it (os._exit(0), say: no
+shutdown(), no MPI_Finalize) would end the job with status 0 and its peers without a word; hvlite
+marks its state in the same directory (`hvlite-<rank>.state`: "running" from init() until
+shutdown()), and such an exit is recorded and passed on as a failure with status 1.
+
 This module uses the standard library only: it runs before, and apart from, the rank's program.
 """
 import json
@@ -230,11 +235,29 @@ def main(argv=None):
         fields["signal"] = signal_name(-code)
     else:
         fields["exit_code"] = code
+    if code == 0 and hvlite_state(record) == "running":
+        code = 1
+        fields.update(exit_code=1, error_time=end, first_error=record.data["first_error"] or
+                      "exited with status 0 while hvlite was running in it (no shutdown(): "
+                      "os._exit(0)?); its peers cannot go on without it")
     record.update(**fields)
     sys.stderr.flush()
     if code < 0:
         _exit_by_signal(-code)
     return code
+
+
+def hvlite_state(record):
+    """What hvlite last wrote of itself in this rank's state file ("running", "stopped"), or
+    None (no file: hvlite never started, or no status directory)."""
+    rank = record.data.get("rank")
+    if not record.directory or rank is None:
+        return None
+    try:
+        with open(os.path.join(record.directory, f"hvlite-{rank}.state")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def _exit_by_signal(signum):

@@ -2,7 +2,7 @@
 `python faulty.py HOW VICTIM MARKER` (MARKER only makes the job's processes findable).
 
 HOW: kill (SIGKILL itself mid-stream of allreduces), raise (ValueError("boom") there), exit
-(os._exit(3) there); ps-kill (a parameter-server job; VICTIM, a server, SIGKILLs itself while
+(os._exit(3) there), exit0 (os._exit(0) there: no shutdown, no MPI_Finalize); ps-kill (a parameter-server job; VICTIM, a server, SIGKILLs itself while
 serving), ps-raise (a parameter-server job; VICTIM, a worker, raises ValueError("boom")).
 
 With FAULTY_REPORT_DIR set, each rank writes there, once set up, its pid and the /dev/shm files
@@ -35,7 +35,7 @@ def fail():
         os.kill(os.getpid(), signal.SIGKILL)
     if how.endswith("raise"):
         raise ValueError("boom")
-    os._exit(3)
+    os._exit(0 if how == "exit0" else 3)
 
 
 if how.startswith("ps-"):

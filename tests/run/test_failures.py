@@ -121,6 +121,14 @@ def test_exit_code_is_named(tmp_path):
     assert f"root cause (first to fail): rank 1 on {HOST}, exit code 3" in err, shown
 
 
+def test_exit_0_without_shutdown_fails_the_job(tmp_path):
+    """os._exit(0) while hvlite runs: hydra alone would end the job with status 0 and no word;
+    hvlite's state file tells the supervisor, which makes it a failure that names the rank."""
+    rc, err, shown = failing_job(tmp_path, 3, "exit0", 2)
+    assert f"root cause (first to fail): rank 2 on {HOST}, exit code 1: exited with status 0 " \
+           "while hvlite was running in it" in err, shown
+
+
 def test_parameter_server_killed_server_is_named(tmp_path):
     rc, err, shown = failing_job(tmp_path, 3, "ps-kill", 2, servers=1)
     assert f"root cause (first to fail): rank 2 on {HOST}, SIGKILL" in err, shown
