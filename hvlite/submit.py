@@ -339,7 +339,10 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
     n, r = st.size, st.rank
 
     def prepare(name):
-        a = _contiguous(x, ndim1=True)
+        a = _contiguous(x)
+        if a.ndim == 0:     # no rows to scatter: Horovod refuses it too (every rank is told)
+            raise InvalidArgumentError(f"reducescatter {name!r}: a 0-d array has no rows to "
+                                       "scatter (reshape it to one dimension)")
         rows = a.shape[0] // n + (1 if r < a.shape[0] % n else 0)
         out = np.empty((rows,) + a.shape[1:], dtype=a.dtype)
         code = _dtype_code(a, name, "reducescatter")
