@@ -1,4 +1,6 @@
 """hvlite.torch (Horovod's torch surface) under mpiexec at 2 and 3 ranks."""
+import re
+
 import pytest
 
 
@@ -42,3 +44,11 @@ def test_torch_process_sets_and_compression(mpirun, n):
 def test_torch_adapter_matches_the_numpy_optimizers(mpirun, n):
     pytest.importorskip("torch")
     mpirun(n, "tests/torch/mpi_torch_optimizer.py")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_long_lived_process_stays_healthy(mpirun, n):
+    """Issue-style soak: >= 500 mixed operations with errors and three re-inits per process."""
+    out = mpirun(n, "tests/torch/mpi_soak.py", pytest_module=False, timeout=300)
+    lines = re.findall(r"SOAK rank=(\d+) ops=(\d+) rss_mb=(\[[^\]]*\])", out)
+    assert len(lines) == n and all(int(ops) >= 500 for _, ops, _ in lines), out
