@@ -244,8 +244,11 @@ class Fuzzer:
             problems = [f"checking raised {type(e).__name__}: {e}"]
         for problem in problems[:3]:
             self.report(seed, op, problem)
-        if fuzzlib.same_everywhere(op) and not problems:
-            digests[op["i"]] = fuzzlib.digest(got)
+        if fuzzlib.same_everywhere(op):     # compared even when wrong here: says where
+            try:
+                digests[op["i"]] = fuzzlib.digest(got)
+            except Exception as e:  # noqa: BLE001 - not an array or a list of them
+                self.report(seed, op, f"no digest of a {type(got).__name__}: {e}")
 
     def run_seed(self, seed):
         count = max(self.args.ops, (self.args.only + 1) if self.args.only is not None else 0)

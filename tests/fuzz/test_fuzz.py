@@ -31,14 +31,16 @@ def test_quick_seeds(mpirun, n, seeds, variant):
 
 
 def test_injected_wrong_result_is_reported(mpirun):
-    """One rank's result of op 4 is corrupted before the checks: every rank counts one
-    mismatch, the job exits 1, and the report says how to replay it."""
+    """The last rank's result of op 8 (an allreduce on every rank) is corrupted before the
+    checks: it fails against NumPy there, and the bits differ across ranks; every rank counts
+    one mismatch, the job exits 1, and the report says how to replay it."""
     with pytest.raises(pytest.fail.Exception) as failed:
         mpirun(3, "tests/fuzz/mpi_fuzz.py", "--seeds", "1", "--ops", "20", "--inject",
-               "corrupt:4", pytest_module=False, timeout=90)
+               "corrupt:8", pytest_module=False, timeout=90)
     out = str(failed.value)
-    assert "exited 1" in out and "MISMATCH seed=1 op=4 " in out, out
-    assert "--seed 1 --only 4" in out, out
+    assert "exited 1" in out and "MISMATCH seed=1 op=8 rank=2: op 8 allreduce" in out, out
+    assert "differ bitwise" in out and "ranks hold different bits" in out, out
+    assert "--seed 1 --only 8" in out, out
     assert {m for _, _, m in run_fuzz.fuzz_lines(out).values()} == {1}, out
 
 
