@@ -117,12 +117,15 @@ def _layout(rng, inplace):
 
 
 def draw_op(rng, i, seed, sets, algorithms, used):
-    """One op of the plan: kind, process set (an index into `sets`), sync or async, name, and
-    what its inputs are (drawn for every rank of its set)."""
+    """One op of the plan: kind, process set (an index into `sets`), sync, async or drop (an
+    async handle never synchronized), name, and what its inputs are (drawn for every rank of
+    its set)."""
     kind = _pick(rng, KINDS)
     s = int(rng.choice(len(sets))) if rng.random() < 0.35 else 0
     m = len(sets[s])
-    op = {"i": i, "kind": kind, "set": s, "mode": "sync" if rng.random() < 0.35 else "async",
+    r = rng.random()
+    op = {"i": i, "kind": kind, "set": s,
+          "mode": "sync" if r < 0.35 else ("drop" if r < 0.38 else "async"),
           "name": _name(rng, i, seed, s, used) if kind != "barrier" else None}
     if kind in REDUCING:
         op["op"] = int(rng.integers(5))

@@ -8,7 +8,8 @@ input and comparing result bits across the ranks.
 
 Ops come in batches: a sync op runs where it stands; the async ones' handles are synchronized
 at the end of the batch in a random order of each rank's own (every rank has submitted
-everything by then, so no rank waits for a step another submits later). Ops on a process set
+everything by then, so no rank waits for a step another submits later), or now and then
+dropped unsynchronized. Ops on a process set
 are run by its members only. Each rank ends with one line,
 `FUZZ rank=R seeds=S ops=K ran=J mismatches=M` (M: failing ops of the whole job, the same on
 every rank), and exits 1 when M > 0. A watchdog turns a hang into `HANG ...`, the stacks of
@@ -95,6 +96,7 @@ class Fuzzer:
         """Submit `op` on this rank: (handle or None, result when sync, what to check after)."""
         ps = self.psets[op["set"]]
         kind, name, sync = op["kind"], op["name"], op["mode"] == "sync"
+        red = hvd.ReduceOp(op["op"]) if "op" in op else None
         me = self.rank
         p = self.sets[op["set"]].index(me)
         after = {}
@@ -118,18 +120,18 @@ class Fuzzer:
         elif kind == "allreduce":
             x = arr()
             f = hvd.allreduce if sync else hvd.allreduce_async
-            call = lambda: f(x, op=op["op"], name=name, algorithm=op["algorithm"],  # noqa: E731
+            call = lambda: f(x, op=red, name=name, algorithm=op["algorithm"],  # noqa: E731
                              process_set=ps)
         elif kind == "allreduce_":
             x = arr()
             after["inplace"] = after.pop("inputs")[0][0]
             f = hvd.allreduce_ if sync else hvd.allreduce_async_
-            call = lambda: f(x, op=op["op"], name=name, algorithm=op["algorithm"],  # noqa: E731
+            call = lambda: f(x, op=red, name=name, algorithm=op["algorithm"],  # noqa: E731
                              process_set=ps)
         elif kind == "grouped":
             xs = [arr(j, part["layout"]) for j, part in enumerate(op["parts"])]
             f = hvd.grouped_allreduce if sync else hvd.grouped_allreduce_async
-            call = lambda: f(xs, op=op["op"], name=name, algorithm=op["algorithm"],  # noqa: E731
+            call = lambda: f(xs, op=red, name=name, algorithm=op["algorithm"],  # noqa: E731
                              process_set=ps)
         elif kind == "allgather":
             x = arr()
@@ -152,7 +154,7 @@ class Fuzzer:
         elif kind == "reducescatter":
             x = arr()
             f = hvd.reducescatter if sync else hvd.reducescatter_async
-            call = lambda: f(x, op=op["op"], name=name, process_set=ps)  # noqa: E731
+            call = lambda: f(x, op=red, name=name, process_set=ps)  # noqa: E731
         else:
             raise ValueError(kind)
         return (None, call(), after) if sync else (call(), None, after)
@@ -210,6 +212,8 @@ class Fuzzer:
                 continue
             if handle is None:
                 self.settle(seed, op, got, after, digests)
+            elif op["mode"] == "drop":
+                del handle      # documented as safe; only a crash or a hang can tell here
             else:
                 pending.append((op, handle, after))
         rng = np.random.default_rng([seed, batch[0]["i"], self.rank, 0x0DE7])

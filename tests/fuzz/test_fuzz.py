@@ -138,7 +138,7 @@ def test_plan_is_the_same_everywhere_and_covers_the_api():
     assert seen["op"] == set(range(5)) and seen["algorithm"] == set(ALGORITHMS)
     assert seen["fill"] == {"small", "wide", "random", "special", "bits"}
     assert seen["layout"] == {"c", "strided", "fortran", "readonly"}
-    assert seen["set"] == set(range(len(SETS[3]))) and seen["mode"] == {"sync", "async"}
+    assert seen["set"] == set(range(len(SETS[3]))) and seen["mode"] == {"sync", "async", "drop"}
     assert seen["name"] == {None, "", "pool", "fz"} and seen["splits"] == {True, False}
     assert seen["shape"] == {"scalar", "empty", "big", "1-d", "2-d", "3-d"}
     assert 0 in seen["parts"] and 4 in seen["parts"]
