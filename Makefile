@@ -15,7 +15,7 @@ MPIEXEC ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,$(VENV)/bin/mpiexec)
 STAMP  := $(VENV)/.hvlite-installed
 SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h) setup.py pyproject.toml
 
-.PHONY: install test test-asan demo bench clean
+.PHONY: install test test-asan fuzz demo bench clean
 
 install: $(STAMP)
 
@@ -64,6 +64,17 @@ test-asan: install
 	cd $(ASAN_DIR) && HVLITE_SANITIZE=1 HVLITE_BUILD_JOBS=2 $(abspath $(PY)) setup.py -q build_ext --inplace -j 2
 	cd $(ASAN_DIR) && $(ASAN_ENV) HVLITE_TEST_DROPS=2000 $(abspath $(PY)) -m pytest -q \
 	    -p no:cacheprovider --durations=5 $(ASAN_TESTS)
+
+# The fuzzer's long run: SEEDS seeds of OPS operations at each rank count (NP="2 3 4" by default
+# here), one launch per 10 seeds under a hard timeout, taking turns over settings that must not
+# change any result; prints a line per launch and the totals (operations, mismatches, hangs,
+# crashes), and fails unless the last three are zero. `make test` runs a quick seed set.
+SEEDS ?= 20
+OPS   ?= 200
+FUZZ_NP = $(if $(filter command line,$(origin NP)),$(NP),2 3 4)
+
+fuzz: install
+	$(PY) tests/fuzz/run_fuzz.py --np $(FUZZ_NP) --seeds $(SEEDS) --ops $(OPS) --mpiexec $(MPIEXEC)
 
 # The main job: data-parallel training on 2 ranks with the timeline on, then the timeline's
 # summary (how much communication hid behind compute) and its picture.
