@@ -24,6 +24,26 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
+def run_bounded(cmd, timeout, what, env=None, cwd=ROOT, merge_stderr=True, on_timeout=None):
+    """Run cmd in a session of its own; past `timeout` kill its whole process group (then call
+    on_timeout(), to kill what escaped it) and fail the test showing the output. Returns
+    (returncode, stdout, stderr or None, seconds)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                            start_new_session=True, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        if on_timeout:
+            on_timeout()
+        out, err = proc.communicate()
+        pytest.fail(f"{what} hung: killed after {timeout}s. Output:\n{out}\n{err or ''}",
+                    pytrace=False)
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
 def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True, rank_env=None):
     """Run `target` (a rank-side pytest file, or a plain script if pytest_module=False) on n ranks.
     `rank_env`: {rank: {variable: value}}, set on those ranks only (mpiexec's MPMD form: one
@@ -48,20 +68,12 @@ def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True, rank_en
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{target} on {n} ranks hung: killed after {timeout}s "
-                    f"(env {env or {}}, per rank {rank_env or {}}). Output of every rank:\n{out}",
-                    pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(f"{target} on {n} ranks exited {proc.returncode} after "
-                    f"{time.monotonic() - t0:.1f}s (env {env or {}}, per rank {rank_env or {}}). "
+    rc, out, _, took = run_bounded(
+        cmd, timeout, f"{target} on {n} ranks (env {env or {}}, per rank {rank_env or {}})",
+        env=full_env)
+    if rc != 0:
+        pytest.fail(f"{target} on {n} ranks exited {rc} after "
+                    f"{took:.1f}s (env {env or {}}, per rank {rank_env or {}}). "
                     f"Output of every rank:\n{out}",
                     pytrace=False)
     return out

@@ -10,14 +10,13 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import uuid
 
 import pytest
 
-from conftest import ROOT, mpiexec_path
+from conftest import ROOT, mpiexec_path, run_bounded
 
 LOST_AFTER = 2.0    # HVLITE_LOST_RANK_SECONDS for these jobs
 HARD_TIMEOUT = 90   # a job that hangs is killed (with its process group) and the test fails
@@ -58,17 +57,8 @@ def run_job(n, env, tmp_path):
     cmd = [mpiexec_path(), "-n", str(n), "-prepend-rank", sys.executable,
            os.path.join(ROOT, "tests/faults/mpi_lost.py"), tag]
     shm_before = _hvlite_shm()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(timeout=HARD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        for pid in _procs_with(tag):
-            os.kill(pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"job {env} on {n} ranks hung: killed after {HARD_TIMEOUT}s. Output:\n{out}",
-                    pytrace=False)
+    rc, out, _, _ = run_bounded(cmd, HARD_TIMEOUT, f"job {env} on {n} ranks", env=full_env,
+                                on_timeout=lambda: [os.kill(pid, signal.SIGKILL) for pid in _procs_with(tag)])
     ended = time.time()
     left = float(open(departed).read()) if os.path.exists(departed) else None
     records = {}
@@ -84,7 +74,7 @@ def run_job(n, env, tmp_path):
     new_shm = _hvlite_shm() - shm_before
     assert not new_shm, f"hvlite files left in /dev/shm: {sorted(new_shm)}\n{out}"
     assert left is not None, f"the victim never departed:\n{out}"
-    return proc.returncode, out, records, ended - left
+    return rc, out, records, ended - left
 
 
 def check_lost(how, n, end, size, tmp_path):

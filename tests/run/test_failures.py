@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from conftest import run_bounded
 from hvlite.run import cleanup, launcher, rank, summary
 
 HVLITERUN = [sys.executable, "-m", "hvlite.run"]
@@ -46,16 +47,8 @@ def _processes_with(marker):
 def launch(argv, timeout=60, env=None):
     """Run hvliterun with `argv`; on a timeout kill its whole process group and fail, showing
     the output. Returns (returncode, stdout, stderr, seconds)."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(HVLITERUN + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env=dict(os.environ, **(env or {})))
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"hvliterun {argv} hung; killed after {timeout}s. Output:\n{out}\n{err}")
-    return proc.returncode, out, err, time.monotonic() - t0
+    return run_bounded(HVLITERUN + argv, timeout, f"hvliterun {argv}",
+                       env=dict(os.environ, **(env or {})), cwd=None, merge_stderr=False)
 
 
 def failing_job(tmp_path, n, how, victim, servers=None):

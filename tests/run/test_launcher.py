@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conftest import run_bounded
 from hvlite.run.launcher import LaunchError, build_command, parse_args, parse_hosts, read_hostfile
 
 HVLITERUN = [sys.executable, "-m", "hvlite.run"]
@@ -14,15 +15,9 @@ HVLITERUN = [sys.executable, "-m", "hvlite.run"]
 
 def run(argv, timeout=120):
     """Run hvliterun; on a timeout kill its whole process group (mpiexec and the ranks too)."""
-    proc = subprocess.Popen(HVLITERUN + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"hvliterun {argv} hung; output:\n{out}\n{err}")
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    rc, out, err, _ = run_bounded(HVLITERUN + argv, timeout, f"hvliterun {argv}", cwd=None,
+                                  merge_stderr=False)
+    return subprocess.CompletedProcess(argv, rc, out, err)
 
 
 def test_parse_hosts():
