@@ -128,8 +128,11 @@ class SetState:
         self.thread.join()
         self.coordinator.release_all()      # every request has completed (or failed) by now
         if not finalized:
+            # the liveness communicator is kept (never freed) unless it was left empty
+            keep = () if self.coordinator.quiesced() else (self.comms[3],)
             for c in self.comms + self.owned:
-                c.Free()
+                if c not in keep:
+                    c.Free()
 
 
 _DYNAMIC = ("set HVLITE_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1), or call "

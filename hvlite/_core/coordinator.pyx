@@ -48,7 +48,8 @@ from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 cimport mpi4py.MPI as MPI
-from hvlite._core.liveness cimport Watch, watch_init, watch_free, watch_bind, watch_poll, watch_ping_all
+from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_poll,
+                                    watch_ping_all, watch_quiesce)
 
 cnp.import_array()
 
@@ -88,6 +89,7 @@ cdef class Coordinator:
     cdef Recorder rec
     cdef Tuner tune
     cdef Watch watch
+    cdef bint stopped_together    # the last round stopped every rank (stop or fatal stall)
     cdef vector[int] granks       # the set's global ranks, for messages
     cdef string doing             # what this thread waits on now, for a lost-rank message
     # user-thread side (under the GIL): every Pending whose request may still be in flight
@@ -236,6 +238,12 @@ cdef class Coordinator:
         hv_notify_all(&self.qmon)
         hv_unlock(&self.qmon)
 
+    def quiesced(self):
+        """Whether the liveness communicator is empty (the coordinator stopped together with
+        its peers): only then may it be freed, or a late ping would land in a later
+        communicator that MPI gives the same context."""
+        return self.watch.quiet
+
     def death(self):
         """(kind, reason) once the coordinator has stopped, else None."""
         if not self.dead:
@@ -320,6 +328,8 @@ cdef class Coordinator:
             fresh.clear()
             start = hv_now()
             if self._round(stopping):
+                if self.stopped_together:
+                    watch_quiesce(&self.watch)
                 return
             if not self.pending.empty() and self.cycle_time > 0:
                 remaining = start + self.cycle_time - hv_now()
@@ -395,6 +405,7 @@ cdef class Coordinator:
             self._die_err(b"", HV_ERR_LOST)
             return 1
         if finish:
+            self.stopped_together = True
             self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
             return 1
         return 0

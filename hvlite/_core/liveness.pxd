@@ -20,6 +20,9 @@ cdef struct Watch:
     int64_t* ack_buf
     int lost                     # the first peer found lost, -1 while none
     double lost_silence
+    int64_t* sent                # per peer: messages sent to it, and received from it
+    int64_t* got
+    bint quiet                   # quiesced: nothing of the watch is in flight any more
 
 cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after) except -1
 cdef void watch_free(Watch* w) noexcept nogil
@@ -31,6 +34,11 @@ cdef void watch_begin(Watch* w) noexcept nogil
 # Answer peers' pings, and after `waited` >= ping_after ping every peer; returns the lost
 # peer's rank (in the watched communicator), or -1.
 cdef int watch_poll(Watch* w, double waited) noexcept nogil
+# Collective over the watch's communicator, when every rank stops in the same round: receive
+# every ping and acknowledgement still on the way and complete every send, so the communicator
+# can be freed empty (MPI reuses a freed communicator's context: a late ping would land in the
+# next one). Returns an MPI error code.
+cdef int watch_quiesce(Watch* w) noexcept nogil
 # Ping every peer now (a stopping coordinator wants everyone in its round at once).
 cdef void watch_ping_all(Watch* w) noexcept nogil
 # MPI_Waitall that stays in touch: spins (yielding after a while), polls the thread's watch once

@@ -50,6 +50,8 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.silent_since = NULL
     w.ping_req = w.ack_req = NULL
     w.ping_buf = w.ack_buf = NULL
+    w.sent = w.got = NULL
+    w.quiet = False
     if ctl == MPI_COMM_NULL:
         return 0
     MPI_Comm_rank(ctl, &w.rank)
@@ -59,7 +61,10 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.ack_req = <MPI_Request*>calloc(w.n, sizeof(MPI_Request))
     w.ping_buf = <int64_t*>calloc(w.n, sizeof(int64_t))
     w.ack_buf = <int64_t*>calloc(w.n, sizeof(int64_t))
-    if not (w.silent_since and w.ping_req and w.ack_req and w.ping_buf and w.ack_buf):
+    w.sent = <int64_t*>calloc(w.n, sizeof(int64_t))
+    w.got = <int64_t*>calloc(w.n, sizeof(int64_t))
+    if not (w.silent_since and w.ping_req and w.ack_req and w.ping_buf and w.ack_buf and w.sent
+            and w.got):
         watch_free(w)
         raise MemoryError("liveness watch")
     for i in range(w.n):
@@ -91,9 +96,12 @@ cdef void watch_free(Watch* w) noexcept nogil:
     free(w.ack_req)
     free(w.ping_buf)
     free(w.ack_buf)
+    free(w.sent)
+    free(w.got)
     w.silent_since = NULL
     w.ping_req = w.ack_req = NULL
     w.ping_buf = w.ack_buf = NULL
+    w.sent = w.got = NULL
     w.ctl = MPI_COMM_NULL
     if hv_watch_of_thread == <void*>w:
         hv_watch_of_thread = NULL
@@ -127,7 +135,8 @@ cdef bint _free_slot(MPI_Request* r) noexcept nogil:
 cdef void _send(Watch* w, int peer, int tag, MPI_Request* req, int64_t* buf) noexcept nogil:
     if _free_slot(req):
         buf[0] = w.clock + (1 if w.negotiating else 0)
-        MPI_Isend(buf, 1, MPI_INT64_T, peer, tag, w.ctl, req)
+        if MPI_Isend(buf, 1, MPI_INT64_T, peer, tag, w.ctl, req) == MPI_SUCCESS:
+            w.sent[peer] += 1
 
 
 cdef void _answer(Watch* w) noexcept nogil:
@@ -141,11 +150,36 @@ cdef void _answer(Watch* w) noexcept nogil:
             return
         if MPI_Recv(&value, 1, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, w.ctl, MPI_STATUS_IGNORE):
             return
+        w.got[st.MPI_SOURCE] += 1
         w.silent_since[st.MPI_SOURCE] = 0     # any message shows the peer is alive
         if st.MPI_TAG == PING:
             if value > w.wanted:
                 w.wanted = value
             _send(w, st.MPI_SOURCE, ACK, &w.ack_req[st.MPI_SOURCE], &w.ack_buf[st.MPI_SOURCE])
+
+
+cdef int watch_quiesce(Watch* w) noexcept nogil:
+    cdef int i, err
+    cdef int64_t value
+    cdef int64_t* expect
+    if w.ctl == MPI_COMM_NULL or w.quiet:
+        return 0
+    expect = <int64_t*>calloc(w.n, sizeof(int64_t))
+    if expect == NULL:
+        return HV_ERR_NOMEM
+    err = MPI_Alltoall(w.sent, 1, MPI_INT64_T, expect, 1, MPI_INT64_T, w.ctl)
+    for i in range(w.n):
+        while not err and w.got[i] < expect[i]:     # unanswered: everyone is stopping
+            err = MPI_Recv(&value, 1, MPI_INT64_T, i, MPI_ANY_TAG, w.ctl, MPI_STATUS_IGNORE)
+            w.got[i] += 1
+    free(expect)
+    for i in range(w.n):
+        if not err and w.ping_req[i] != MPI_REQUEST_NULL:
+            err = MPI_Wait(&w.ping_req[i], MPI_STATUS_IGNORE)
+        if not err and w.ack_req[i] != MPI_REQUEST_NULL:
+            err = MPI_Wait(&w.ack_req[i], MPI_STATUS_IGNORE)
+    w.quiet = err == 0
+    return err
 
 
 cdef void watch_ping_all(Watch* w) noexcept nogil:
