@@ -14,7 +14,7 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
 from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
                            LostRankError, MismatchError, MPIError, NotInitializedError,
                            ShutdownError, StallError)
-from hvlite.ops import Average, Max, Min, Product, ReduceOp, Sum
+from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
 from hvlite.runtime import (add_process_set, current as _current, is_initialized,
                             remove_process_set, shutdown)
@@ -83,7 +83,7 @@ __all__ = [
     "reducescatter_async", "barrier", "barrier_async", "join", "join_async", "broadcast_object",
     "broadcast_object_async", "allgather_object", "allgather_object_async", "poll",
     "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError",
 ]

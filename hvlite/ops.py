@@ -1,4 +1,7 @@
-"""Reduction ops under Horovod's names; names and values are the core's table (_core/codes.h)."""
+"""Reduction ops under Horovod's names; names and values are the core's table (_core/codes.h).
+
+Adasum (adaptive summation, Maleki et al. 2021) combines gradients by their dot products
+instead of adding them: allreduce and grouped_allreduce only, float dtypes only."""
 import enum
 
 from hvlite._core.codes import OPS
@@ -12,6 +15,7 @@ Average = ReduceOp.Average
 Min = ReduceOp.Min
 Max = ReduceOp.Max
 Product = ReduceOp.Product
+Adasum = ReduceOp.Adasum
 
 
 def as_op(op):
@@ -27,4 +31,4 @@ def as_op(op):
             if member.name.lower() == op.lower():
                 return member
     raise InvalidArgumentError(
-        f"unknown reduction op {op!r}; use one of hvlite.Sum, Average, Min, Max, Product")
+        f"unknown reduction op {op!r}; use one of hvlite.Sum, Average, Min, Max, Product, Adasum")

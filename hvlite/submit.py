@@ -17,13 +17,16 @@ from hvlite._core.dtypes import code_of, supported_names
 from hvlite._core.cost_model import ALGORITHMS as CODES
 from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.work import Work
-from hvlite.ops import Average, as_op
+from hvlite.ops import Adasum, Average, as_op
 
 _exception, _DONE = _codes.exception, _codes.DONE
 
 # Collective codes: the table in _core/codes.h.
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(len(COLLECTIVES))
 _KIND = dict(enumerate(COLLECTIVES))
+# Adasum's dot products and coefficients are defined on real vectors (Horovod's too).
+_ADASUM_DTYPES = frozenset(i for i, n in enumerate(_codes.DTYPES)
+                           if n in ("float16", "bfloat16", "float32", "float64"))
 
 
 class Handle(Work):
@@ -179,10 +182,28 @@ def _rows(result, dtype, tail, rows):
     return np.frombuffer(result, dtype=dtype).reshape((rows,) + tail)
 
 
+def _adasum_algorithm(x, code, algorithm, name):
+    """Adasum's checks; it runs its own algorithm, so its requests say 'auto' on every rank
+    whatever HVLITE_ALLREDUCE_ALGORITHM is."""
+    if code not in _ADASUM_DTYPES:
+        raise DtypeError(f"allreduce {name!r}: op=Adasum takes float16, bfloat16, float32 or "
+                         f"float64 data, not dtype {x.dtype}")
+    if algorithm not in (None, "auto"):
+        raise InvalidArgumentError(
+            f"allreduce {name!r}: op=Adasum runs its own algorithm (vector halving, distance "
+            f"doubling); algorithm={algorithm!r} does not apply (leave it unset or 'auto')")
+    return CODES["auto"]
+
+
 def _allreduce_check(rt, x, op, algorithm, inplace, name):
-    o = int(as_op(op))
-    algo = _algorithm_code(algorithm, rt)
-    code = _dtype_code(x, name, "allreduce")
+    o = as_op(op)
+    if o == Adasum:
+        code = _dtype_code(x, name, "allreduce")
+        algo = _adasum_algorithm(x, code, algorithm, name)
+    else:
+        algo = _algorithm_code(algorithm, rt)
+        code = _dtype_code(x, name, "allreduce")
+    o = int(o)
     if inplace and not x.flags.writeable:
         raise InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
                                    "hvlite.allreduce() for an out-of-place result")
@@ -346,7 +367,12 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
         rows = a.shape[0] // n + (1 if r < a.shape[0] % n else 0)
         out = np.empty((rows,) + a.shape[1:], dtype=a.dtype)
         code = _dtype_code(a, name, "reducescatter")
-        return Request(a, out, code, int(as_op(op)), finish=lambda p: out)
+        o = as_op(op)
+        if o == Adasum:
+            raise InvalidArgumentError(f"reducescatter {name!r}: op=Adasum applies to allreduce "
+                                       "and grouped_allreduce only (its dot products need whole "
+                                       "tensors)")
+        return Request(a, out, code, int(o), finish=lambda p: out)
     return submit_prepared(st, REDUCESCATTER, name, prepare, x)
 
 

@@ -89,3 +89,49 @@ def expect_raise_everywhere(fn, exc_type, *fragments, comm=MPI.COMM_WORLD):
     except Exception as e:  # noqa: BLE001 - report the wrong kind
         failures.append(f"raised {type(e).__name__}: {e} (expected {exc_type.__name__})")
     assert_everywhere(failures, comm)
+
+
+# ---- Adasum -----------------------------------------------------------------------------------
+
+def adasum_pair(a, b):
+    """adasum(a, b) = (1 - a.b/2|a|^2) a + (1 - a.b/2|b|^2) b, a zero vector without its
+    correction term; float64 throughout, rounded once to the dtype (16-bit floats through
+    float32), as the core rounds."""
+    dtype = a.dtype
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    dot, aa, bb = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y))
+    ca = 1.0 - dot / (2.0 * aa) if aa > 0 else 1.0
+    cb = 1.0 - dot / (2.0 * bb) if bb > 0 else 1.0
+    out = ca * x + cb * y
+    if dtype.itemsize == 2:
+        return out.astype(np.float32).astype(dtype)
+    return out.astype(dtype)
+
+
+def adasum_reference(inputs):
+    """Adasum of every rank's vector, paired as the core pairs them: of the first 2(N-p) ranks
+    (p the largest power of two <= N) each even rank's vector combines with the next one's
+    first, then the p vectors left combine as a binary tree in rank order, (0,1), (2,3), ...
+    then the pairs' results, and so on; each level rounded to the dtype."""
+    n = len(inputs)
+    p = 1 << (n.bit_length() - 1)
+    rem = n - p
+    flat = [np.asarray(v).reshape(-1) for v in inputs]
+    level = [adasum_pair(flat[2 * i], flat[2 * i + 1]) for i in range(rem)] + flat[2 * rem:]
+    while len(level) > 1:
+        level = [adasum_pair(level[2 * i], level[2 * i + 1]) for i in range(len(level) // 2)]
+    return level[0].reshape(np.shape(inputs[0]))
+
+
+def adasum_close(got, want, levels):
+    """Close to the reference within what float64 dot products summed in another order can
+    move: a rounding step of the dtype per level, relative to the largest magnitude."""
+    if got.size == 0:
+        return True
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if not (np.isfinite(g).all() and np.isfinite(w).all()):
+        return False
+    eps = float(np.finfo(np.float32).eps) * 2 ** 16 if got.dtype == BF16 else \
+        float(np.finfo(got.dtype).eps)
+    scale = max(float(np.abs(w).max()), 1e-300)
+    return float(np.abs(g - w).max()) <= 4 * (levels + 1) * eps * scale

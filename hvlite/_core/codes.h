@@ -21,10 +21,11 @@
     X(DT_INT16, "int16", 2) X(DT_UINT16, "uint16", 2) X(DT_INT32, "int32", 4) \
     X(DT_UINT32, "uint32", 4) X(DT_INT64, "int64", 8) X(DT_UINT64, "uint64", 8)
 
-/* Average never reaches a kernel: it is a Sum followed by a division. */
+/* Average never reaches a kernel: it is a Sum followed by a division. Adasum has its own
+ * algorithm (adasum.pyx). */
 #define HV_OPS(X) \
     X(OP_SUM, "Sum") X(OP_AVERAGE, "Average") X(OP_MIN, "Min") X(OP_MAX, "Max") \
-    X(OP_PRODUCT, "Product")
+    X(OP_PRODUCT, "Product") X(OP_ADASUM, "Adasum")
 
 #define HV_ALGORITHMS(X) \
     X(ALG_AUTO, "auto") X(ALG_RING, "ring") X(ALG_RHD, "rhd") X(ALG_TREE, "tree") \

@@ -19,9 +19,14 @@ cdef struct Context:
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
 
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
-# In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count).
+# In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count);
+# Adasum goes to run_adasum as one tensor, whatever `algo` says.
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil
+# Adasum, in place: `ntensors` tensors of counts[t] elements end to end, each with its own dot
+# products (the algorithm is always adasum.pyx's).
+cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,
+                    int dtype) noexcept nogil
 # Whether fused batches of `algorithm` go through the shared segment, and running one: each
 # piece's input reduced into its output, Average divided as above.
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil

@@ -14,6 +14,7 @@ from hvlite._core.rd cimport rd_allreduce
 from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
+from hvlite._core.adasum cimport adasum_allreduce
 from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
 
@@ -95,6 +96,8 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
     cdef double nbytes = <double>(count * dtype_size(dtype))
     if count == 0:
         return 0
+    if op == OP_ADASUM:
+        return run_adasum(c, buf, &count, 1, dtype)
     if c.size > 1:
         if algo == ALG_MPI:
             err = mpi_allreduce(buf, count, dtype, kop, c.comm)
@@ -118,6 +121,13 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
     if err == 0:
         finish_op(buf, count, dtype, op, divisor)
     return err
+
+
+cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,
+                    int dtype) noexcept nogil:
+    """Adasum has one algorithm (adasum.pyx), whatever `algorithm=` says: its dot products
+    need whole tensors, which only its vector-halving exchange keeps track of."""
+    return adasum_allreduce(buf, counts, ntensors, dtype, c.comm)
 
 
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil:

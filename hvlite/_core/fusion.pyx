@@ -1,5 +1,6 @@
 """Tensor fusion: ready all-reduces that share dtype, op and algorithm are packed into one
-buffer up to HVLITE_FUSION_THRESHOLD bytes, reduced once, and unpacked. A batch of one skips the
+buffer up to HVLITE_FUSION_THRESHOLD bytes, reduced once, and unpacked (Adasum batches carry their
+tensors' boundaries along: each tensor gets its own dot products). A batch of one skips the
 buffer and reduces in the output itself, and so does every tensor of at least
 HVLITE_FUSION_TENSOR_LIMIT bytes: fusing it saves one latency but costs two passes over its
 memory (measured: 220-tensor step 0.78x MPI fusing everything, see README). The batches follow
@@ -21,8 +22,8 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport fill_identity
 from hvlite._core.codes cimport ALG_SHM
 from hvlite._core.shm cimport ShmPiece
-from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, run_allreduce,
-                                    run_allreduce_pieces)
+from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, run_adasum,
+                                    run_allreduce, run_allreduce_pieces)
 
 
 cdef size_t item_count(const Meta& m) noexcept nogil:
@@ -47,10 +48,24 @@ cdef int _reserve(FusionBuffer* f, size_t nbytes) noexcept nogil:
     return 0 if f.buf != NULL else -1
 
 
+cdef int _reduce(Context* c, char* buf, size_t total, int dtype, int op, int algo, long divisor,
+                 vector[Item]& items, vector[size_t]& batch) noexcept nogil:
+    """One batch's reduction: Adasum takes the tensors' boundaries (each tensor gets its own dot
+    products), the other ops see one buffer."""
+    cdef vector[size_t] counts
+    cdef size_t k
+    if op != OP_ADASUM:
+        return run_allreduce(c, buf, total, dtype, op, algo, divisor)
+    for k in batch:
+        counts.push_back(item_count(items[k].meta))
+    return run_adasum(c, buf, counts.data(), counts.size(), dtype)
+
+
 cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,
                     long divisor) noexcept nogil:
     cdef Item* it = &items[batch[0]]
     cdef int dtype = it.meta.dtype, op = it.meta.op, err, algo
+    cdef bint adasum = op == OP_ADASUM
     cdef size_t es = dtype_size(dtype), total = 0, off = 0, n, k
     cdef char* buf
     cdef double t0 = hv_now(), t1, t2
@@ -58,8 +73,9 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         total += item_count(items[k].meta)
         items[k].start = t0
         items[k].fused = <int>batch.size()
-    algo = resolve_algorithm(c, total * es, it.meta.algorithm)
-    if pieces_in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
+    # Adasum runs its own algorithm (recorded as auto, the only algorithm it is submitted with).
+    algo = ALG_AUTO if adasum else resolve_algorithm(c, total * es, it.meta.algorithm)
+    if not adasum and pieces_in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
         # Straight through the shared segment: the gather is the only copy in, the scatter the
         # only copy out, so auto takes it for every fused batch on one node (a lone tensor
         # goes where the cost model says).
@@ -74,7 +90,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
             if buf == NULL:
                 return -1
             fill_identity(buf, total, dtype, op)
-        err = run_allreduce(c, buf, total, dtype, op, algo, divisor)
+        err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
         it.packed = t0
         it.ran = it.unpacked = hv_now()
         if it.req == NULL:
@@ -92,7 +108,7 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
             fill_identity(f.buf + off * es, n, dtype, op)
         off += n
     t1 = hv_now()
-    err = run_allreduce(c, f.buf, total, dtype, op, algo, divisor)
+    err = _reduce(c, f.buf, total, dtype, op, algo, divisor, items, batch)
     t2 = hv_now()
     off = 0
     for k in batch:
@@ -152,7 +168,8 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         es = dtype_size(items[i].meta.dtype)
         # Through the shared segment, packing is the copy the collective makes anyway, so
         # large tensors fuse for free.
-        large_alone = not pieces_in_segment(c, items[i].meta.algorithm)
+        large_alone = (items[i].meta.op == OP_ADASUM
+                       or not pieces_in_segment(c, items[i].meta.algorithm))
         for j in range(i, items.size()):
             if used[j] or items[j].meta.collective != C_ALLREDUCE:
                 continue

@@ -12,5 +12,6 @@ cdef inline int kernel_op(int op) noexcept nogil:
     """The op the kernels and MPI run for `op`."""
     return OP_SUM if op == OP_AVERAGE else op
 cdef void finish_op(void* buf, size_t n, int dtype, int op, long divisor) noexcept nogil
-# What a rank that has joined contributes: the op's identity (0, 1, +max, -max).
+# What a rank that has joined contributes: the op's identity (0, 1, +max, -max; 0 for Adasum,
+# whose zero vector adds nothing). Adasum never reaches the other kernels (adasum.pyx).
 cdef void fill_identity(void* buf, size_t n, int dtype, int op) noexcept nogil

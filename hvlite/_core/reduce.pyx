@@ -202,7 +202,7 @@ cdef inline void _fill(num_t* a, size_t n, num_t v) noexcept nogil:
 
 cdef void fill_identity(void* buf, size_t n, int dtype, int op) noexcept nogil:
     cdef uint16_t h
-    if op == OP_SUM or op == OP_AVERAGE:
+    if op == OP_SUM or op == OP_AVERAGE or op == OP_ADASUM:     # adasum(0, b) = b
         memset(buf, 0, n * dtype_size(dtype))
         return
     if dtype == DT_FLOAT16 or dtype == DT_BFLOAT16:

@@ -35,6 +35,8 @@ def _minmax(xp, op):
 
 def _reducer(xp, op):
     op = ReduceOp(op)
+    if op == ReduceOp.Adasum:       # refused earlier, in gpu/submit.py
+        raise ValueError("the device ring reduces elementwise; Adasum takes host arrays")
     if op in (ReduceOp.Min, ReduceOp.Max):
         return _minmax(xp, op)
     return {ReduceOp.Sum: xp.add, ReduceOp.Average: xp.add, ReduceOp.Product: xp.multiply}[op]

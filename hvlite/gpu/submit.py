@@ -102,6 +102,9 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
                              f"hvlite handles {', '.join(_host.supported_names())}")
         if kind in (ALLREDUCE, REDUCESCATTER):
             o = int(as_op(op))
+            if o == ReduceOp.Adasum:
+                raise InvalidArgumentError(f"{what} {name!r}: op=Adasum takes host arrays "
+                                           "(NumPy, CPU tensors); copy device arrays to the host")
         if kind == BROADCAST:
             ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
             root = st.position(int(root_rank)) if ok else -1

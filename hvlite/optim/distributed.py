@@ -13,11 +13,17 @@ process_set=, gradients are averaged over that set's ranks only; a rank outside 
 its own gradients, without communication (as in Horovod).
 With compression=Compression.<method> (hvlite.compression) each gradient goes through that
 compressor, which keeps its error-feedback state under the gradient's name.
+
+With op=Adasum it follows Horovod's Adasum optimizer: as soon as a gradient is in, the wrapped
+optimizer steps that parameter on this rank alone (on a copy), and Adasum combines the ranks'
+updates (new value minus old) instead of their gradients; step() adds the combined update.
+Optimizer state (momentum, moments) stays each rank's own. Horovod's guide suggests a learning
+rate about 2-2.5 times the single-rank one rather than N times (docs/training.md).
 """
 import numpy as np
 
 from hvlite import collectives, runtime, timeline
-from hvlite.ops import Average
+from hvlite.ops import Adasum, Average, as_op
 from hvlite.process_sets import global_process_set, state_of
 
 
@@ -38,6 +44,9 @@ class DistributedOptimizer:
             raise TypeError(f"compression must be an hvlite.compression compressor (e.g. "
                             f"Compression.fp16), got {compression!r}")
         self.compression = compression
+        self._adasum = as_op(op) == Adasum
+        if self._adasum and compression is not None:
+            raise ValueError("op=Adasum combines exact updates; it takes no compression=")
         self._acc = {}             # name -> locally summed gradient
         self._count = {}           # name -> micro-batches accumulated
         self._handles = {}         # name -> in-flight allreduce
@@ -67,7 +76,18 @@ class DistributedOptimizer:
             del self._count[name]
             if self.k > 1:
                 total /= self.k
+            if self._adasum:
+                total = self._local_update(name, total)
             self._handles[name] = self._launch(name, total)
+
+    def _local_update(self, name, grad):
+        """This rank's update of one parameter, from its own gradient (op=Adasum): the wrapped
+        optimizer steps a copy, and the difference is what the ranks combine."""
+        p = self.params[name]
+        moved = p.copy()
+        self.optimizer.update(name, moved, grad)
+        moved -= p
+        return moved
 
     def _launch(self, name, grad):
         if not self._member:
@@ -102,7 +122,12 @@ class DistributedOptimizer:
             raise RuntimeError(f"step(): gradients of {missing} were reported fewer than "
                                f"{self.k} times this step")
         with timeline.span("optimizer.update"):     # the update itself, not the wait before it
-            self.optimizer.step(self.params, grads)
+            if self._adasum:                        # the combined updates, already stepped
+                self.optimizer.steps += 1
+                for name in sorted(grads):
+                    self.params[name] += grads[name]
+            else:
+                self.optimizer.step(self.params, grads)
         return True
 
     @property

@@ -12,7 +12,7 @@ import hvlite as _hv
 from hvlite import collectives as _coll, submit as _host
 from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
-from hvlite.ops import Average, Sum, as_op
+from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
 from hvlite.torch.compression import Compression
 
 
@@ -26,21 +26,10 @@ class ScalarError(InvalidArgumentError, RuntimeError):
     hvlite's argument errors are ValueErrors: this is both."""
 
 
-class _AdasumOp:
-    """Horovod's Adasum: a name scripts may pass, which hvlite refuses clearly."""
-
-    def __repr__(self):
-        return "Adasum"
-
-
-Adasum = _AdasumOp()
 _GLOBAL = getattr(_hv, "global_process_set", None)
 
 
 def check_op(op, where):
-    if op is Adasum:
-        raise NotImplementedError(f"{where}: op=Adasum is not supported by hvlite; use "
-                                  "hvd.Average or hvd.Sum")
     return as_op(op)
 
 

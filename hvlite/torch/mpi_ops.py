@@ -11,7 +11,7 @@ import torch
 import hvlite as _hv
 from hvlite import collectives as _coll
 from hvlite.errors import InvalidArgumentError
-from hvlite.ops import Average, Max, Min, Sum
+from hvlite.ops import Adasum, Average, Max, Min, Sum
 from hvlite.torch import _bridge as B
 from hvlite.torch.compression import Compression
 
@@ -163,6 +163,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Reduce a sparse COO tensor by gathering every rank's indices and values (as Horovod
     does); synchronize() returns the summed (or averaged) sparse tensor."""
     op = B.check_op(op, "sparse_allreduce_async")
+    if op == Adasum:        # its values are gathered and summed: no dot products to take
+        raise InvalidArgumentError(f"sparse_allreduce_async {name!r}: op=Adasum needs dense "
+                                   "tensors (sparse_as_dense=True, or .to_dense())")
     t = tensor.coalesce()
     values = t.values() / B.ps_size(process_set) if op == Average else t.values()
     hi = allgather_async(t.indices().t().contiguous(), name=f"{name}.indices",

@@ -1,5 +1,7 @@
 """DistributedOptimizer with Horovod's protocol: each gradient's allreduce starts from a hook as
 soon as backward() has accumulated it; step() (or synchronize()) waits for them, then steps.
+With op=Adasum on more than one rank it is Horovod's Adasum optimizer instead (_AdasumMixin):
+each rank steps locally and Adasum combines the ranks' parameter updates.
 
 The returned object is an instance of a subclass of the wrapped optimizer's class holding the
 same state, so isinstance checks and torch.optim.lr_scheduler work on it as they do in Horovod.
@@ -10,7 +12,7 @@ from contextlib import contextmanager
 import torch
 
 import hvlite as _hv
-from hvlite.ops import Average
+from hvlite.ops import Adasum, Average
 from hvlite.torch import _bridge as B
 from hvlite.torch.compression import Compression
 from hvlite.torch.mpi_ops import (allreduce_async_, global_process_set, grouped_allreduce_async_,
@@ -223,6 +225,72 @@ class _DistributedMixin:
         return self._hvd_base.load_state_dict(self, state_dict)
 
 
+class _AdasumMixin(_DistributedMixin):
+    """Horovod's DistributedOptimizer for op=Adasum (its _DistributedAdasumOptimizer): Adasum
+    needs the full magnitude of what each rank would do, so as soon as a parameter's gradient is
+    accumulated the wrapped optimizer steps that parameter locally, and its update (new value
+    minus old) goes to an Adasum allreduce in place of the gradient. step() waits and sets each
+    parameter to its old value plus the combined update; optimizer state (momentum, Adam's
+    moments) stays each rank's own, as in Horovod. synchronize() does nothing and
+    skip_synchronize() refuses, as in Horovod: there are no reduced gradients to look at."""
+
+    def _adasum_async(self, p):
+        start = self._starts[p] = p.detach().clone()
+        stashed = [g["params"] for g in self.param_groups]
+        try:                        # step this parameter alone
+            for g in self.param_groups:
+                g["params"] = [q for q in g["params"] if q is p]
+            self._hvd_base.step(self)
+        finally:
+            for g, params in zip(self.param_groups, stashed):
+                g["params"] = params
+        p.data.sub_(start)          # the parameter holds this rank's update until step()
+        wire, ctx = (self._compression or Compression.none).compress(p.data)
+        return allreduce_async_(wire, name=self._parameter_names.get(p), op=Adasum,
+                                process_set=self.process_set), ctx
+
+    def _make_hook(self):
+        def hook(p):
+            if self._handles.get(p) is not None and self._delay[p] <= 0:
+                raise AssertionError(
+                    "gradients were computed more than backward_passes_per_step times before "
+                    "step(); raise backward_passes_per_step to accumulate them locally")
+            self._delay[p] -= 1
+            self._handles[p] = self._adasum_async(p) if self._delay[p] == 0 else None
+        return hook
+
+    def synchronize(self):
+        """Nothing to do: with Adasum the updates are combined in step() (Horovod's too)."""
+
+    @contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("skip_synchronize() does not apply with op=Adasum: step() combines "
+                             "the ranks' updates, not their gradients (Horovod refuses it too)")
+        yield  # pragma: no cover
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        if not getattr(self.process_set, "included", lambda: True)():
+            self._hvd_base.step(self)
+            return loss
+        try:
+            for p in self._trainable:       # parameters backward() did not reach, or not k times
+                if self._handles.get(p) is None:
+                    self._handles[p] = self._adasum_async(p)
+            for p, (h, ctx) in self._handles.items():
+                comp = self._compression or Compression.none
+                delta = comp.decompress(h.synchronize(), ctx)
+                start = self._starts.pop(p)
+                start.add_(delta)
+                p.data.copy_(start)
+        finally:
+            self._handles.clear()
+            self._starts.clear()
+            for p in self._delay:
+                self._delay[p] = self.backward_passes_per_step
+        return loss
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -230,8 +298,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wrap a torch.optim optimizer so that gradients are reduced across ranks (averaged by
     default) during backward(). Gradients accumulate locally for backward_passes_per_step
     passes before they are reduced (summed, not divided: scale the loss if you want a mean).
-    num_groups / groups reduce gradients in groups, each one grouped allreduce."""
-    B.check_op(op, "DistributedOptimizer")
+    num_groups / groups reduce gradients in groups, each one grouped allreduce.
+    op=Adasum on more than one rank: Horovod's Adasum optimizer (see _AdasumMixin); groups and
+    sparse_as_dense do not apply there (each parameter's update is reduced on its own and is
+    dense), compression may be none, fp16 or bf16."""
+    op = B.check_op(op, "DistributedOptimizer")
+    adasum = op == Adasum and B.ps_size(process_set) > 1
+    if adasum and getattr(compression, "method", "none") not in ("none", "fp16", "bf16"):
+        raise ValueError(f"DistributedOptimizer: op=Adasum takes Compression.none, fp16 or bf16, "
+                         f"not {compression!r}")
     if num_groups and groups is not None:
         raise ValueError("give num_groups or groups, not both")
     if groups is not None and not isinstance(groups, list):
@@ -240,10 +315,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedMixin, base), {"_hvd_base": base})
+    mixin = _AdasumMixin if adasum else _DistributedMixin
+    cls = type(base.__name__, (mixin, base), {"_hvd_base": base})
     opt = cls.__new__(cls)
     opt.__dict__.update(optimizer.__dict__)
+    if adasum:
+        opt._starts = {}
+        opt._trainable = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
     opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, num_groups or groups, sparse_as_dense,
-                   process_set)
+                   gradient_predivide_factor, None if adasum else num_groups or groups,
+                   sparse_as_dense, process_set)
     return opt

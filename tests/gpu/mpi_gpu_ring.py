@@ -16,7 +16,7 @@ hvd.init()
 fails = 0
 for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8):
     for count in (0, 1, n - 1, 7, 1000, 4097):
-        for op in ReduceOp:
+        for op in (o for o in ReduceOp if o != ReduceOp.Adasum):     # the elementwise ops
             rng = np.random.default_rng(1000 * r + count)
             if np.dtype(dtype).kind == "f":
                 x = rng.standard_normal(count).astype(dtype)

@@ -87,6 +87,13 @@ except hvd.DtypeError as e:
 except hvd.InvalidArgumentError as e:
     if r == 1 or "rank(s) [1]" not in str(e):
         fails.append(f"wrong error: {e}")
+# Adasum takes host arrays: refused on every rank, naming it
+try:
+    hvd.allreduce(device(data(r)), op=hvd.Adasum, name="adasum")
+    fails.append("Adasum on a device array accepted")
+except hvd.InvalidArgumentError as e:
+    if "Adasum" not in str(e):
+        fails.append(f"Adasum: {e}")
 # a name that is not a string, on one rank: hvlite's error there, and the others learn of it
 try:
     hvd.allreduce(device(data(r)), name=5 if r == 1 else "5")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hvlite as hvd
-from helpers import assert_everywhere
+from helpers import adasum_close, adasum_reference, assert_everywhere
 from hvlite.optim import (SGD, Adam, DistributedOptimizer, LocalSGD, broadcast_optimizer_state,
                           broadcast_parameters)
 
@@ -53,6 +53,34 @@ def test_matches_one_process_on_the_whole_batch_and_ranks_stay_identical(make):
             failures.append(f"step {step}: ranks differ")
         if not all(np.allclose(params[k], ref[k], rtol=1e-10, atol=1e-12) for k in params):
             failures.append(f"step {step}: differs from one process on the whole batch")
+    assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("make", [lambda: SGD(0.5, momentum=0.9), lambda: Adam(0.05)], ids=["sgd", "adam"])
+def test_adasum_combines_every_rank_s_own_update(make):
+    """op=Adasum (Horovod's Adasum optimizer): each rank steps on its own gradient with its own
+    optimizer state, and the parameters move by the Adasum of the ranks' updates."""
+    params = init_params()
+    opt = DistributedOptimizer(make(), params, op=hvd.Adasum)
+    mine = [make() for _ in range(N)]               # every rank's optimizer, rebuilt here
+    failures = []
+    for step in range(3):
+        start = {k: v.copy() for k, v in params.items()}
+        rows = [slice((step * N + r) * 8, (step * N + r + 1) * 8) for r in range(N)]
+        grads(params, X[rows[RANK]], Y[rows[RANK]], opt.grad_ready)
+        opt.step()
+        updates = []
+        for r in range(N):
+            g, moved = {}, {k: v.copy() for k, v in start.items()}
+            grads(start, X[rows[r]], Y[rows[r]], g.__setitem__)
+            mine[r].step(moved, g)
+            updates.append({k: moved[k] - start[k] for k in start})
+        for k in params:
+            want = start[k] + adasum_reference([u[k] for u in updates])
+            if not adasum_close(params[k], want, 4):
+                failures.append(f"step {step} {k}: {params[k].ravel()[:3]} vs {want.ravel()[:3]}")
+        if len(set(hvd.allgather_object(digest(params)))) != 1:
+            failures.append(f"step {step}: ranks differ")
     assert_everywhere(failures)
 
 

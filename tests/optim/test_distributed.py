@@ -13,3 +13,10 @@ def test_digits_example_trains(mpirun, tmp_path):
     acc = float(out.split("test accuracy ")[1].split("%")[0])
     assert acc >= 95.0 and "identical on every rank: True" in out
     assert (tmp_path / "t.json").exists()
+
+
+def test_digits_example_trains_with_adasum(mpirun):
+    out = mpirun(2, "examples/train_digits.py", "--epochs", "15", "--op", "adasum",
+                 pytest_module=False, timeout=180)
+    acc = float(out.split("test accuracy ")[1].split("%")[0])
+    assert acc >= 95.0 and "op adasum" in out and "identical on every rank: True" in out

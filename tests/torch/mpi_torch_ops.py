@@ -8,7 +8,8 @@ from mpi4py import MPI
 
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
-from helpers import BF16, assert_everywhere, reference, rank_input  # noqa: E402
+from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,  # noqa: E402
+                     rank_input, reference)
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
@@ -47,15 +48,46 @@ def test_basics():
         fails.append("mpi_threads_supported")
     if hvd.Compression.none.compress(torch.ones(1))[0].tolist() != [1.0]:
         fails.append("Compression.none")
-    for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
-        if op not in (0, 1, 2, 3, 4):
+    for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, hvd.Adasum):
+        if op not in (0, 1, 2, 3, 4, 5):
             fails.append(f"op {op}")
-    try:
-        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-        fails.append("Adasum accepted")
-    except NotImplementedError as e:
-        if "Adasum" not in str(e):
-            fails.append(str(e))
+    assert_everywhere(fails)
+
+
+def test_adasum():
+    """op=hvd.Adasum in every allreduce form, against the NumPy reference of the recursive
+    formula, identical on every rank; integer tensors and reducescatter refused on every rank."""
+    fails = []
+    for dt in (np.dtype("float16"), BF16, np.dtype("float32"), np.dtype("float64")):
+        inputs = [((0.5 + r) * np.linspace(-1, 1, 11) + np.cos(np.arange(11) * (r + 1)))
+                  .astype(dt) for r in range(N)]
+        want = adasum_reference(inputs)
+        t = as_tensor(inputs[RANK])
+        got = {"allreduce": hvd.allreduce(t, op=hvd.Adasum),
+               "async": hvd.synchronize(hvd.allreduce_async(t, op=hvd.Adasum, name=f"ad.{dt}"))}
+        u = as_tensor(inputs[RANK])
+        hvd.allreduce_(u, op=hvd.Adasum)
+        got["in place"] = u
+        got["grouped"], twice = hvd.grouped_allreduce([t, 2 * t], op=hvd.Adasum)
+        for form, out in got.items():
+            if out.dtype != t.dtype or not adasum_close(as_numpy(out), want, 4):
+                fails.append(f"{dt} {form}: {as_numpy(out)[:3]} vs {want[:3]}")
+        if not adasum_close(as_numpy(twice), adasum_reference([2 * x for x in inputs]), 4):
+            fails.append(f"{dt} grouped second tensor")
+        if not same(t, inputs[RANK]):
+            fails.append(f"{dt}: the input changed")
+        digests = hvd.allgather_object(as_numpy(got["allreduce"]).tobytes())
+        if len(set(digests)) != 1:
+            fails.append(f"{dt}: results differ across ranks")
+    for bad, kind in ((lambda: hvd.allreduce(torch.ones(3, dtype=torch.int64), op=hvd.Adasum),
+                       TypeError),
+                      (lambda: hvd.reducescatter(torch.ones(N, 2), op=hvd.Adasum), ValueError)):
+        try:
+            bad()
+            fails.append("accepted")
+        except kind as e:
+            if "Adasum" not in str(e):
+                fails.append(f"message without Adasum: {e}")
     assert_everywhere(fails)
 
 

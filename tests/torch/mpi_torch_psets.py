@@ -7,7 +7,7 @@ import hvlite.torch as hvd
 
 hvd.init(process_sets="dynamic")
 N, RANK = hvd.size(), hvd.rank()
-from helpers import assert_everywhere, expect_raise_everywhere  # noqa: E402
+from helpers import adasum_reference, assert_everywhere, expect_raise_everywhere  # noqa: E402
 from hvlite.errors import HvliteError  # noqa: E402
 
 
@@ -43,6 +43,38 @@ def test_allreduce_and_optimizer_on_a_subset():
         except ValueError as e:
             if "not part of process set" not in str(e):
                 failures.append(f"rank {RANK}: unclear error {e}")
+    assert_everywhere(failures)
+    hvd.remove_process_set(ps)
+
+
+def test_adasum_on_a_subset():
+    """Adasum over a process set's ranks, in allreduce and DistributedOptimizer; a rank outside
+    the set steps on its own."""
+    members = list(range(1, N))          # rank 0 stays outside
+    ps = hvd.add_process_set(members)
+    failures = []
+    vec = [np.cos(np.arange(5.0) * (r + 1)) + r for r in range(N)]
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum,
+                                   process_set=ps)
+    x = torch.tensor([[1.0, -2.0, 0.5]], dtype=torch.float64) * (RANK + 1) + RANK
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    update = [-0.5 * (np.array([1.0, -2.0, 0.5]) * (r + 1) + r) for r in range(N)]
+    want_w = 1.0 + (adasum_reference([update[r] for r in members]) if ps.included()
+                    else update[RANK])
+    if not np.allclose(model.weight.detach().numpy().ravel(), want_w, rtol=1e-12, atol=1e-12):
+        failures.append(f"rank {RANK}: Adasum optimizer step gave {model.weight}, want {want_w}")
+    if ps.included():
+        got = hvd.allreduce(torch.from_numpy(vec[RANK]), op=hvd.Adasum, process_set=ps,
+                            name="sub.adasum")
+        want = adasum_reference([vec[r] for r in members])
+        if not np.allclose(got.numpy(), want, rtol=1e-12, atol=1e-12):
+            failures.append(f"rank {RANK}: subset Adasum {got} != {want}")
     assert_everywhere(failures)
     hvd.remove_process_set(ps)
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
-from helpers import assert_everywhere  # noqa: E402
+from helpers import adasum_close, adasum_reference, assert_everywhere  # noqa: E402
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
@@ -136,11 +136,60 @@ def test_synchronize_protocol_and_checks():
             fails.append(f"accepted {bad}")
         except ValueError:
             pass
+    assert_everywhere(fails)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_adasum_optimizer_combines_the_ranks_updates(k):
+    """op=hvd.Adasum is Horovod's Adasum optimizer: each rank steps the wrapped optimizer on its
+    own gradients (its own momentum), and every parameter moves by the Adasum of the ranks'
+    updates; against N local models stepped by hand and the NumPy reference."""
+    fails = []
+    dist = model(seed=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=dist.named_parameters(), op=hvd.Adasum,
+                                   backward_passes_per_step=k)
+    mine = [model(seed=0) for _ in range(N)]
+    theirs = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in mine]
+    for step in range(3):
+        start = [p.detach().clone() for p in dist.parameters()]
+        for micro in range(k):
+            x, y = data(step, micro)
+            loss_fn(dist, x[RANK * 4:(RANK + 1) * 4], y[RANK * 4:(RANK + 1) * 4]).backward()
+        opt.synchronize()                   # nothing to do with Adasum, as in Horovod
+        opt.step()
+        opt.zero_grad()
+        updates = []
+        for r, (m, o) in enumerate(zip(mine, theirs)):
+            with torch.no_grad():
+                for q, s0 in zip(m.parameters(), start):
+                    q.copy_(s0)
+            o.zero_grad()
+            for micro in range(k):
+                x, y = data(step, micro)
+                loss_fn(m, x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4]).backward()
+            o.step()
+            updates.append([(q.detach() - s0).numpy() for q, s0 in zip(m.parameters(), start)])
+        for i, (p, s0) in enumerate(zip(dist.parameters(), start)):
+            want = s0.numpy() + adasum_reference([u[i] for u in updates])
+            if not adasum_close(p.detach().numpy(), want, 4):
+                fails.append(f"step {step} parameter {i}: {p.detach().numpy().ravel()[:3]} vs "
+                             f"{want.ravel()[:3]}")
+    if not identical_everywhere(dist):
+        fails.append("parameters differ across ranks")
     try:
-        hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1), op=hvd.Adasum)
-        fails.append("Adasum accepted")
-    except NotImplementedError:
+        with opt.skip_synchronize():
+            pass
+        fails.append("skip_synchronize accepted")
+    except AssertionError:
         pass
+    for bad in (dict(compression=hvd.Compression.topk), dict(gradient_predivide_factor=2.0)):
+        try:
+            hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1), op=hvd.Adasum,
+                                     **bad)
+            fails.append(f"accepted {bad}")
+        except ValueError:
+            pass
     assert_everywhere(fails)
 
 
