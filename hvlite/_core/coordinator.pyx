@@ -351,6 +351,8 @@ cdef class Coordinator:
             if self.watch.wanted > self.watch.clock:
                 return
             hv_wait(&self.qmon, pause)
+            if not (self.queue.empty() and self.pending.empty() and not self.stop_requested):
+                return          # woken for work: no MPI call stands between a submit and its round
             hv_unlock(&self.qmon)
             watch_poll(&self.watch, 0.0)
             hv_lock(&self.qmon)
