@@ -4,11 +4,15 @@ operations: torch and NumPy collectives (named and unnamed, sync and async, drop
 optimizer steps, process sets added and removed, and deliberate errors (mismatches, bad
 arguments, names in flight, use after removal). Each result is checked against what every rank
 computes locally; at the end a final collective must be bit-identical on every rank and the
-resident memory of the last lives must stay within a bound of the first's.
+resident memory of the last lives must stay within a bound of the first's. Then, in the same
+process, the Horovod behaviours users rely on: join's Average and refusals, the callable sparse
+handle, `_parameter_names`, the warning after synchronize(), broadcast_optimizer_state of a fresh
+optimizer, and a 0-d reducescatter refused.
 
 Prints `SOAK rank=R ops=K rss_mb=[...]` and exits 1 on the first failure (after saying why)."""
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -123,6 +127,48 @@ def life(number, rng):
     hvd.shutdown()
 
 
+def horovod_behaviours():
+    """After all of the above, in the same process: what Horovod scripts rely on."""
+    global ops
+    r, n = hvd.rank(), hvd.size()
+    model = torch.nn.Linear(3, 1)
+    names = dict(model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    check(opt._parameter_names == {p: k for k, p in names.items()}, "_parameter_names")
+    model(torch.ones(2, 3)).sum().backward()
+    opt.synchronize()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        opt.step()
+    check([x.category for x in w] == [UserWarning] and "skip_synchronize()" in str(w[0].message),
+          f"the warning after synchronize(): {[str(x.message) for x in w]}")
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters())
+    hvd.broadcast_optimizer_state(fresh, root_rank=0)          # no gradients, no state yet
+    sparse = torch.sparse_coo_tensor([[r % 4]], [float(r + 1)], (4,), check_invariants=True)
+    got = hvd.sparse_allreduce_async(sparse, name="soak.sparse", op=hvd.Sum)()
+    want = torch.zeros(4)
+    for k in range(n):
+        want[k % 4] += k + 1
+    check(torch.equal(got.to_dense(), want), f"sparse handle: {got}")
+    expect_error(lambda: hvd.reducescatter(torch.tensor(1.0), name="soak.rs0"), hvd_np.HvliteError,
+                 "0-d reducescatter")
+    if n > 1:
+        if r == n - 1:
+            last = hvd.join()
+        else:
+            avg = hvd.allreduce(torch.full((2,), 6.0), name="soak.join.avg")
+            check(avg.tolist() == [6.0 * (n - 1) / n] * 2, f"Average with a joined rank: {avg}")
+            try:
+                hvd.allgather(torch.ones(1, 2), name="soak.join.g")
+                check(False, "allgather ran with a joined rank")
+            except hvd_np.MismatchError as e:
+                check(f"(rank {n - 1} joined)" in str(e), f"allgather with a joined rank: {e}")
+            last = hvd.join()
+        check(last in range(n - 1), f"join returned {last}")
+    ops += 6
+
+
 def main():
     rng = np.random.default_rng(2024)
     rss = []
@@ -130,6 +176,7 @@ def main():
         life(number, rng)
         rss.append(round(rss_mb(), 1))
     hvd.init()
+    horovod_behaviours()
     final = hvd_np.allreduce(np.linspace(-1, 1, 1001, dtype=np.float32) * (hvd.rank() + 1.5))
     digests = hvd_np.allgather_object(final.tobytes())
     check(all(d == digests[0] for d in digests), "final allreduce differs between ranks")
