@@ -3,7 +3,8 @@
 Each collective sends device arrays (CuPy, torch CUDA, anything with __cuda_array_interface__)
 to the device path (hvlite.gpu.submit) and everything else to the host path (hvlite.submit),
 which checks the arguments and queues a request on the process set's coordinator. The async
-forms return a handle (hvlite.work.Work); the synchronous forms synchronize it.
+forms return a handle (hvlite.work.Work); the synchronous forms synchronize it, and on the host
+path their own thread runs the coordinator's rounds (no hand-off to its thread and back).
 """
 import pickle
 
@@ -86,11 +87,15 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
     HVLITE_ALLREDUCE_ALGORITHM). process_set: a hvlite.ProcessSet this rank belongs to.
     compression: e.g. hvlite.compression.Compression.fp16 (see hvlite.compression).
     """
+    if compression is None and _gpu(x) is None:     # host: this thread runs the rounds itself
+        return host.allreduce_async(x, op, name, algorithm, process_set, sync=True)
     return allreduce_async(x, op, name, algorithm, process_set, compression).synchronize()
 
 
 def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Reduce the NumPy array `x` in place across the set's ranks and return it."""
+    if _gpu(x) is None:
+        return host.allreduce_async_(x, op, name, algorithm, process_set, sync=True)
     return allreduce_async_(x, op, name, algorithm, process_set).synchronize()
 
 
@@ -137,6 +142,8 @@ def allgather_async(x, name=None, process_set=global_process_set):
 
 
 def allgather(x, name=None, process_set=global_process_set):
+    if _gpu(x) is None:
+        return host.allgather_async(x, name, process_set, sync=True)
     return allgather_async(x, name, process_set).synchronize()
 
 
@@ -160,10 +167,14 @@ def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast(x, root_rank, name=None, process_set=global_process_set):
+    if _gpu(x) is None:
+        return host.broadcast_async(x, root_rank, name, process_set, sync=True)
     return broadcast_async(x, root_rank, name, process_set).synchronize()
 
 
 def broadcast_(x, root_rank, name=None, process_set=global_process_set):
+    if _gpu(x) is None:
+        return host.broadcast_async_(x, root_rank, name, process_set, sync=True)
     return broadcast_async_(x, root_rank, name, process_set).synchronize()
 
 
@@ -178,6 +189,8 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
 
 
 def alltoall(x, splits=None, name=None, process_set=global_process_set):
+    if _gpu(x) is None:
+        return host.alltoall_async(x, splits, name, process_set, sync=True)
     return alltoall_async(x, splits, name, process_set).synchronize()
 
 
@@ -191,6 +204,8 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
 
 
 def reducescatter(x, op=Average, name=None, process_set=global_process_set):
+    if _gpu(x) is None:
+        return host.reducescatter_async(x, op, name, process_set, sync=True)
     return reducescatter_async(x, op, name, process_set).synchronize()
 
 
@@ -202,7 +217,7 @@ join_async = host.join_async
 
 def barrier(process_set=global_process_set):
     """Wait until every rank of the set has called barrier()."""
-    barrier_async(process_set).synchronize()
+    host.barrier_async(process_set, sync=True)
 
 
 def join():

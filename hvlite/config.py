@@ -74,6 +74,12 @@ class Settings:
         256 << 10, "HVLITE_FUSION_TENSOR_LIMIT",
         "Tensors of at least this many bytes are reduced alone, in their output (two copies "
         "saved).", unit="bytes")
+    piggyback_bytes: int = _setting(
+        16 << 10, "HVLITE_PIGGYBACK_BYTES",
+        "Room in every negotiation round's message for small cached all-reduces left to auto: "
+        "one ready on every rank comes back reduced with the agreement, in one exchange instead "
+        "of two. Capped at what one message latency moves (alpha/beta of the cost model); 0 "
+        "turns it off.", unit="bytes")
     cache_capacity: int = _setting(
         1024, "HVLITE_CACHE_CAPACITY",
         "Response-cache slots: a name agreed before is agreed again with one bit; 0 turns the "
@@ -308,6 +314,7 @@ def load(env=None):
         cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
         fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),
         fusion_tensor_limit=_int(env, "HVLITE_FUSION_TENSOR_LIMIT", d.fusion_tensor_limit, 1, 1 << 40),
+        piggyback_bytes=_int(env, "HVLITE_PIGGYBACK_BYTES", d.piggyback_bytes, 0, 1 << 20),
         cache_capacity=_int(env, "HVLITE_CACHE_CAPACITY", d.cache_capacity, 0, 1 << 20),
         stall_check_seconds=_nonneg(env, "HVLITE_STALL_CHECK_TIME_SECONDS", d.stall_check_seconds),
         stall_shutdown_seconds=_nonneg(env, "HVLITE_STALL_SHUTDOWN_TIME_SECONDS",

@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from hvlite.errors import InvalidArgumentError
+from hvlite.outputs import OutputPool
 
 
 class ProcessSet:
@@ -79,6 +80,20 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
+AUTO_NAMES = 60
+AUTO_MARK = ".noname."
+
+
+def _ride_bytes(comm, s, model, nodes):
+    """Room for small all-reduces in the negotiation message: the setting, capped at what one
+    message latency moves on the slowest link the set uses, and the same on every rank (the
+    message's layout depends on it)."""
+    alpha, beta = ((model["alpha_inter"], model["beta_inter"]) if nodes > 1 else
+                   (model["alpha_intra"], model["beta_intra"]))
+    mine = min(s.piggyback_bytes, int(alpha / beta) if beta > 0 else 0) // 8 * 8
+    return min(comm.allgather(max(mine, 0)))
+
+
 class SetState:
     """One set on a rank that belongs to it: its communicators, coordinator and thread, and the
     counters behind automatic tensor names (each set names its own tensors)."""
@@ -99,19 +114,26 @@ class SetState:
                                        s.stall_check_seconds, s.stall_shutdown_seconds,
                                        s.fusion_tensor_limit, s.shm_args(),
                                        control=self.comms[3], ranks=tuple(ranks),
-                                       lost_after=s.lost_rank_seconds)
+                                       lost_after=s.lost_rank_seconds,
+                                       ride_bytes=_ride_bytes(comm, s, rt.cost_model, leaders))
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
         self.names = {}
+        self.outputs = OutputPool()            # out-of-place results, reused by name
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
                                        name=f"hvlite-coordinator-{set_id}")
         self.thread.start()
 
     def auto_name(self, kind):
+        """The next automatic name of this kind. Names cycle through AUTO_NAMES (every rank
+        submits unnamed collectives in the same order, so the k-th is the same call
+        everywhere): a repeated unnamed call in a loop finds its name in the response cache
+        instead of going to rank 0 each time. 60 covers loops of 1-6 unnamed calls of differing
+        shapes."""
         k = self.names.get(kind, 0)
         self.names[kind] = k + 1
-        return f"{kind}.noname.{k}"
+        return f"{kind}{AUTO_MARK}{k % AUTO_NAMES}"
 
     def position(self, global_rank):
         """The set-relative rank of a global rank, or -1 when it is not in the set."""

@@ -9,7 +9,7 @@ and the public front door (hvlite.collectives) sit on top of this module.
 import numpy as np
 
 from hvlite import runtime
-from hvlite.process_sets import global_process_set, state_of
+from hvlite.process_sets import AUTO_MARK, global_process_set, state_of
 from hvlite.config import ALGORITHMS
 from hvlite._core import codes as _codes
 from hvlite._core.codes import COLLECTIVES
@@ -128,11 +128,14 @@ class Request:
         self.algo, self.splits, self.finish = algo, splits, finish
 
 
-def submit_prepared(st, kind, name, prepare, raw=None, root=0):
+def submit_prepared(st, kind, name, prepare, raw=None, root=0, sync=False):
     """Queue one request on the set `st`; `prepare(name)` returns its Request. If the name or
     prepare() is rejected, a poisoned request goes out under the same name and this rank raises
-    hvlite's error (`raw`: the argument as given, for the poisoned request's dtype and shape)."""
+    hvlite's error (`raw`: the argument as given, for the poisoned request's dtype and shape).
+    `sync`: the caller wants the result now: its thread runs the rounds itself, and the result
+    is returned (or the error raised) instead of a handle."""
     name, problem = _name(st, kind, name)
+    reused = AUTO_MARK in name      # automatic names come round again (ProcessSetState.auto_name)
     try:
         if problem is not None:
             raise problem
@@ -141,15 +144,26 @@ def submit_prepared(st, kind, name, prepare, raw=None, root=0):
         error = _own_error(e, kind, name)
         _poison(st, kind, name, error, raw, root)
     p = st.coordinator.submit(name, kind, r.code, r.op, r.root, r.algo, r.x.shape if r.x is not
-                              None else (), r.x, r.out, r.splits, None)
+                              None else (), r.x, r.out, r.splits, None, sync, reused)
     if isinstance(p, tuple):
         raise _exception(*p)
-    where = f" (process set {st.id}: ranks are positions in {st.ranks})" if st.id else ""
-    return Handle(p, r.finish, name, where)
+    if sync:            # no handle: the request has completed unless a stop took it over
+        p.wait()
+        if p.status != _DONE:
+            raise _exception(p.error_kind, p.error + _where(st), p.error_code)
+        result = r.finish(p)
+        p.release()
+        return result
+    return Handle(p, r.finish, name, _where(st))
+
+
+def _where(st):
+    """A process set's rank map, for messages that name ranks."""
+    return f" (process set {st.id}: ranks are positions in {st.ranks})" if st.id else ""
 
 
 def submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=None,
-           finish=None, check=None):
+           finish=None, check=None, sync=False):
     """Queue one request on the set `st` for an array already converted. `check(name)` runs the
     argument checks and returns the codes it found; if it raises, a poisoned request goes out
     under the same name and this rank re-raises."""
@@ -161,7 +175,7 @@ def submit(st, kind, name, x, out=None, code=0, op=0, root=0, algo=0, splits=Non
             if len(found) > 3:
                 r.splits = found[3]
         return r
-    return submit_prepared(st, kind, name, prepare, x, root)
+    return submit_prepared(st, kind, name, prepare, x, root, sync)
 
 
 def _contiguous(x, ndim1=False):
@@ -210,20 +224,20 @@ def _allreduce_check(rt, x, op, algorithm, inplace, name):
     return code, o, algo
 
 
-def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):
     """Start reducing the host array `x` across the set's ranks into a new array."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce")
 
     def prepare(name):
         a = _contiguous(x)
-        out = np.empty_like(a)
         code, o, algo = _allreduce_check(rt, a, op, algorithm, False, name)
+        out = st.outputs.take(name, a)
         return Request(a, out, code, o, 0, algo, finish=lambda p: out)
-    return submit_prepared(st, ALLREDUCE, name, prepare, x)
+    return submit_prepared(st, ALLREDUCE, name, prepare, x, sync=sync)
 
 
-def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):
     """Start reducing the NumPy array `x` in place; returns a Handle."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce_")
@@ -241,10 +255,10 @@ def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=globa
             x[...] = work
             return x
         return Request(work, work, code, o, 0, algo, finish=finish)
-    return submit_prepared(st, ALLREDUCE, name, prepare, x)
+    return submit_prepared(st, ALLREDUCE, name, prepare, x, sync=sync)
 
 
-def allgather_async(x, name=None, process_set=global_process_set):
+def allgather_async(x, name=None, process_set=global_process_set, sync=False):
     """Start concatenating every rank's `x` along the first dimension (which may differ by
     rank), in rank order (within a process set: in the order of its ranks)."""
     st = state_of(runtime.current(), process_set, "allgather")
@@ -256,7 +270,7 @@ def allgather_async(x, name=None, process_set=global_process_set):
         def finish(p):      # result_splits: every rank's row count
             return _rows(p.take_result(), dtype, tail, sum(p.result_splits))
         return Request(a, code=_dtype_code(a, name, "allgather"), finish=finish)
-    return submit_prepared(st, ALLGATHER, name, prepare, x)
+    return submit_prepared(st, ALLGATHER, name, prepare, x, sync=sync)
 
 
 def _root_ok(st, root_rank):
@@ -281,7 +295,7 @@ def _root_check(st, x, root_rank, kind, name, inplace=False):
     return code
 
 
-def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
+def broadcast_async(x, root_rank, name=None, process_set=global_process_set, sync=False):
     """Start copying root_rank's `x` to every rank of the set, into a new array. root_rank is
     a global rank (as in Horovod), and must belong to the set."""
     st = state_of(runtime.current(), process_set, "broadcast")
@@ -292,10 +306,10 @@ def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
         out = np.empty_like(a)
         code = _root_check(st, a, root_rank, "broadcast", name)
         return Request(a, out, code, 0, root, finish=lambda p: out)
-    return submit_prepared(st, BROADCAST, name, prepare, x, root)
+    return submit_prepared(st, BROADCAST, name, prepare, x, root, sync)
 
 
-def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(x, root_rank, name=None, process_set=global_process_set, sync=False):
     """Start overwriting the NumPy array `x` with root_rank's, in place."""
     st = state_of(runtime.current(), process_set, "broadcast_")
     root = _root(st, root_rank)
@@ -306,7 +320,7 @@ def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
                                        f"got {type(x).__name__}")
         code = _root_check(st, x, root_rank, "broadcast_", name, inplace=True)
         return Request(x, x, code, 0, root, finish=lambda p: x)
-    return submit_prepared(st, BROADCAST, name, prepare, x, root)
+    return submit_prepared(st, BROADCAST, name, prepare, x, root, sync)
 
 
 def _splits(splits, n, rows, name):
@@ -326,7 +340,7 @@ def _splits(splits, n, rows, name):
     return [int(v) for v in s]
 
 
-def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
+def alltoall_async(x, splits=None, name=None, process_set=global_process_set, sync=False):
     """Start sending splits[i] rows of `x` (along the first dimension) to rank i (within a
     process set: to its i-th rank); without splits, equal parts. The result is the received
     rows, in rank order; with splits given, the handle's result is (rows, received_splits)."""
@@ -350,10 +364,10 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
             rows = _rows(p.take_result(), dtype, tail, int(got.sum()))
             return (rows, got) if given else rows
         return Request(a, None, code, splits=sp, finish=finish)
-    return submit_prepared(st, ALLTOALL, name, prepare, x)
+    return submit_prepared(st, ALLTOALL, name, prepare, x, sync=sync)
 
 
-def reducescatter_async(x, op=Average, name=None, process_set=global_process_set):
+def reducescatter_async(x, op=Average, name=None, process_set=global_process_set, sync=False):
     """Start reducing `x` across the set's ranks and keeping this rank's block of rows (the first
     dimension split into size blocks, the first `rows % size` one row longer)."""
     st = state_of(runtime.current(), process_set, "reducescatter")
@@ -373,12 +387,12 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
                                        "and grouped_allreduce only (its dot products need whole "
                                        "tensors)")
         return Request(a, out, code, int(o), finish=lambda p: out)
-    return submit_prepared(st, REDUCESCATTER, name, prepare, x)
+    return submit_prepared(st, REDUCESCATTER, name, prepare, x, sync=sync)
 
 
-def barrier_async(process_set=global_process_set):
+def barrier_async(process_set=global_process_set, sync=False):
     st = state_of(runtime.current(), process_set, "barrier")
-    return submit(st, BARRIER, None, None, finish=lambda p: None)
+    return submit(st, BARRIER, None, None, finish=lambda p: None, sync=sync)
 
 
 def join_async():

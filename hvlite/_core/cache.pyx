@@ -16,7 +16,12 @@ cdef void cache_init(Cache* c, int capacity) noexcept nogil:
 
 
 cdef bint cacheable(int collective) noexcept nogil:
-    return collective == C_ALLREDUCE or collective == C_BROADCAST or collective == C_REDUCESCATTER
+    """Collectives whose whole metadata repeats from call to call. Allgather's first dimension
+    may differ by rank: its slot holds rank 0's, so a rank whose own differs finds it stale and
+    goes to rank 0 again (as with no cache); equal first dimensions, the usual case, hit. A
+    barrier needs nothing but the agreement: cached, it is one exchange."""
+    return (collective == C_ALLREDUCE or collective == C_BROADCAST or collective == C_REDUCESCATTER
+            or collective == C_ALLGATHER or collective == C_BARRIER)
 
 
 cdef bint _same_shape(const Meta& a, const Meta& b) noexcept nogil:

@@ -1,5 +1,8 @@
-"""The background coordinator: one thread per runtime that negotiates, fuses and runs every
-queued collective, the only thread that calls MPI for queued work, never holding the GIL.
+"""The coordinator: negotiates, fuses and runs every collective of a process set, never holding
+the GIL. Rounds run on a background thread, or on the thread of a synchronous caller, which runs
+them itself until its own request completes (no hand-off to the thread and back); a round lock
+makes one of them the only one running rounds at a time, so every rank still runs one sequence
+of rounds.
 
 A round, on every rank, whenever it has work pending (an idle coordinator sleeps on a condition
 variable until work is submitted, waking every few ms up to 50 ms to answer liveness pings, so
@@ -15,7 +18,7 @@ round: see liveness.pyx):
   5. complete handles.
 While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
 meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
-Every wait of this thread polls its liveness watch: a peer that stops answering ends the
+Every wait inside a round polls the liveness watch: a peer that stops answering ends the
 coordinator with a LostRankError naming it and what was in flight.
 """
 # distutils: language = c++
@@ -38,7 +41,9 @@ from hvlite._core.wire cimport *
 from hvlite._core.table cimport Table
 from hvlite._core.controller cimport table_init, controller_respond
 from hvlite._core.stall cimport Stall, stall_init, stall_due
-from hvlite._core.transport cimport transport_agree, transport_gather, transport_bcast
+from hvlite._core.transport cimport transport_gather, transport_bcast
+from hvlite._core.agree cimport Ride, agree
+from hvlite._core.reduce cimport finish_op, kernel_op
 from hvlite._core.describe cimport int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.mpi_collectives cimport *
@@ -48,10 +53,13 @@ from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 cimport mpi4py.MPI as MPI
-from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_poll,
-                                    watch_ping_all, watch_quiesce)
+from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_current,
+                                    watch_poll, watch_ping_all, watch_quiesce)
 
 cnp.import_array()
+
+cdef extern from *:
+    int _lowest_bit "__builtin_ctzll"(unsigned long long) nogil
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter, Compare](Iter first, Iter last, Compare comp)
@@ -61,17 +69,36 @@ cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
     return a.submitted < b.submitted
 
 
+cdef void _drive_waiter(object owner, Request* req):
+    """Pending.wait() of a request still pending: its thread runs the rounds (see _drive)."""
+    cdef Coordinator c = <Coordinator>owner
+    with nogil:
+        c._drive(req)
+
+
+cdef bint _may_ride(const Meta& m) noexcept nogil:
+    """An all-reduce that may ride in the agreement: left to auto, an op the kernels run
+    (Adasum has its own algorithm), not empty."""
+    return (m.collective == C_ALLREDUCE and m.algorithm == ALG_AUTO and m.error.empty()
+            and 0 <= m.dtype < DT_COUNT and OP_SUM <= m.op <= OP_PRODUCT and item_count(m) > 0)
+
+
 cdef class Coordinator:
     cdef Context ctx
-    cdef hv_monitor qmon          # queue, in-flight names, stop flag, death
+    cdef hv_monitor qmon          # queue, in-flight names, stop flag, death, the flags below
     cdef hv_monitor dmon          # completions
+    cdef hv_monitor rmon          # the round lock: its holder runs rounds and owns the state below
     cdef vector[Request*] queue
     cdef unordered_set[string] inflight
     cdef bint stop_requested
     cdef readonly bint dead
     cdef string dead_reason
     cdef int dead_kind
-    # coordinator-thread state
+    cdef bint busy                # requests wait in rounds: the thread keeps running them
+    cdef bint kick                # a peer waits in a round this rank has not joined
+    cdef bint finished            # the last round has run: the thread exits
+    cdef int64_t turns            # (dmon) times the round lock was let go, for threads waiting on it
+    # round state (the holder of rmon: the coordinator thread, or a synchronous caller)
     cdef unordered_map[string, Request*] pending
     cdef vector[int] invalid_slots
     cdef Cache cache
@@ -84,6 +111,7 @@ cdef class Coordinator:
     cdef double cycle_time
     # statistics
     cdef readonly int64_t rounds, slow_rounds
+    cdef readonly int64_t ridden      # all-reduces done inside the agreement (agree.pyx)
     cdef readonly double negotiate_seconds
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
     cdef Recorder rec
@@ -91,7 +119,16 @@ cdef class Coordinator:
     cdef Watch watch
     cdef bint stopped_together    # the last round stopped every rank (stop or fatal stall)
     cdef vector[int] granks       # the set's global ranks, for messages
-    cdef string doing             # what this thread waits on now, for a lost-rank message
+    # small all-reduces ride in the round's agreement message (agree.pyx): [bits | region]
+    cdef size_t ride_bytes          # the region's budget (0: none ride)
+    cdef vector[Ride] rides         # the layout, from the cache (the same on every rank)
+    cdef vector[int] ride_at        # by slot: its ride, or -1
+    cdef bint layout_dirty
+    cdef size_t region_bytes
+    cdef int nwords
+    cdef vector[uint64_t] msg, msg_other
+    cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
+    cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     # user-thread side (under the GIL): every Pending whose request may still be in flight
     cdef list live
     cdef Py_ssize_t since_sweep
@@ -99,6 +136,9 @@ cdef class Coordinator:
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
         hv_monitor_init(&self.dmon)
+        hv_monitor_init(&self.rmon)
+        self.doing_items = NULL
+        self.doing_at = -1
         self.ctx.scratch.buf = NULL
         self.fusion.buf = NULL
         self.fusion.cap = 0
@@ -110,9 +150,11 @@ cdef class Coordinator:
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
                  double stall_check, double stall_shutdown, size_t fusion_tensor_limit,
                  tuple shm=(False, 0, 0, False), control=None, ranks=None,
-                 double lost_after=5.0, double ping_after=0.25):
+                 double lost_after=5.0, double ping_after=0.25, size_t ride_bytes=0):
         """`control`: a communicator of the set for liveness pings only (None: no watch, a
-        missing rank is waited for without limit); `ranks`: the set's global ranks."""
+        missing rank is waited for without limit); `ranks`: the set's global ranks;
+        `ride_bytes`: room for small all-reduces in the agreement message (the same on every
+        rank)."""
         context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
         if control is not None:
             watch_init(&self.watch, (<MPI.Comm>control).ob_mpi, ping_after, lost_after)
@@ -121,6 +163,10 @@ cdef class Coordinator:
         self.fusion.threshold = fusion_threshold
         self.fusion.tensor_limit = fusion_tensor_limit
         cache_init(&self.cache, cache_capacity)
+        self.ride_bytes = ride_bytes
+        self.ride_at.assign(cache_capacity, -1)
+        self.layout_dirty = True
+        self.nwords = 2 * ((cache_capacity + 63) // 64) + 1
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
@@ -133,19 +179,29 @@ cdef class Coordinator:
         fusion_free(&self.fusion)
         hv_monitor_destroy(&self.qmon)
         hv_monitor_destroy(&self.dmon)
+        hv_monitor_destroy(&self.rmon)
 
     # ---- user-thread side -------------------------------------------------------------------
 
     def submit(self, name, int collective, int dtype, int op, int root, int algorithm, shape,
-               cnp.ndarray inp, cnp.ndarray out, splits=None, error=None):
+               cnp.ndarray inp, cnp.ndarray out, splits=None, error=None, bint inline=False,
+               bint reused=False):
         """Queue one collective; returns a Pending. Returns (kind, message) instead for a name
         already in flight or a stopped coordinator (the caller raises codes.exception of it).
         A name still in flight only because its handle was dropped (an exception between submit
-        and synchronize, say) is waited for first: the next step may reuse its names."""
+        and synchronize, say) is waited for first: the next step may reuse its names.
+        `inline`: the caller is about to wait for it (a synchronous collective): its own thread
+        runs the rounds until it completes, with no hand-off to the coordinator thread and back
+        (the thread takes over whatever is still pending afterwards). `reused`: an automatic
+        name, which comes round again: one still in flight is waited for, handle or not."""
         cdef string cname = name.encode()
-        cdef vector[int64_t] cshape = [int(d) for d in shape]
-        cdef vector[int64_t] csplits = [int(v) for v in splits] if splits is not None else []
+        cdef vector[int64_t] cshape, csplits
         cdef string cerror = error.encode() if error else b""
+        for d in shape:
+            cshape.push_back(d)
+        if splits is not None:
+            for v in splits:
+                csplits.push_back(v)
         cdef Request* req
         cdef int problem = 0
         cdef Pending p
@@ -155,7 +211,7 @@ cdef class Coordinator:
             hv_unlock(&self.qmon)
             if problem != 2 or attempt:
                 break
-            p = self._dropped(cname)
+            p = self._dropped(cname, reused)
             if p is None:
                 break
             p.wait()
@@ -183,7 +239,8 @@ cdef class Coordinator:
             else:
                 self.inflight.insert(cname)
                 self.queue.push_back(req)
-                hv_notify_all(&self.qmon)
+                if not inline:
+                    hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
             if problem:
                 del req
@@ -192,15 +249,20 @@ cdef class Coordinator:
         if problem == 2:
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        p = make_pending(req, &self.dmon, self, (inp, out))
+        p = make_pending(req, &self.dmon, self, (inp, out), _drive_waiter)
         self._track(p)
+        if inline:
+            with nogil:
+                self._drive(req)
         return p
 
-    cdef Pending _dropped(self, const string& name):
-        """The pending request named `name` whose handle is gone (only this list holds it)."""
+    cdef Pending _dropped(self, const string& name, bint any_handle):
+        """The pending request named `name` whose handle is gone (only this list holds it), or
+        with `any_handle` whether its handle is held or not."""
         for q in self.live:
             # references: the list's and this loop's; a live handle would add its own
-            if Py_REFCNT(q) == 2 and (<Pending>q).pending() and (<Pending>q).req.name == name:
+            if ((any_handle or Py_REFCNT(q) == 2) and (<Pending>q).pending()
+                    and (<Pending>q).req.name == name):
                 return <Pending>q
         return None
 
@@ -302,7 +364,7 @@ cdef class Coordinator:
                 if not self.cache.names[s].empty()}
 
     def stats(self):
-        return {"rounds": self.rounds, "slow_rounds": self.slow_rounds,
+        return {"rounds": self.rounds, "slow_rounds": self.slow_rounds, "ridden": self.ridden,
                 "negotiate_seconds": self.negotiate_seconds, "own_seconds": self.own_seconds,
                 "cached_names": self.cache.slot_of.size()}
 
@@ -314,48 +376,135 @@ cdef class Coordinator:
     # ---- coordinator thread -----------------------------------------------------------------
 
     cdef void _loop(self) noexcept nogil:
-        cdef vector[Request*] fresh
-        cdef bint stopping
         cdef double start, remaining
+        cdef bint go
         watch_bind(&self.watch)
         while True:
             hv_lock(&self.qmon)
             self._idle()
-            fresh.swap(self.queue)
-            stopping = self.stop_requested
+            go = not self.finished
+            self.kick = False
             hv_unlock(&self.qmon)
-            self._intake(fresh)
-            fresh.clear()
-            start = hv_now()
-            if self._round(stopping):
-                if self.stopped_together:
-                    watch_quiesce(&self.watch)
+            if not go:
                 return
-            if not self.pending.empty() and self.cycle_time > 0:
+            hv_lock(&self.rmon)
+            start = hv_now()
+            if self._wanted():      # asked again under the lock: a caller may have run it already
+                self._step()
+            self._release_round()
+            hv_lock(&self.qmon)
+            if self.busy and self.cycle_time > 0 and not (self.stop_requested or self.finished):
                 remaining = start + self.cycle_time - hv_now()
                 if remaining > 0:
-                    hv_lock(&self.qmon)
-                    if not self.stop_requested:
-                        hv_wait(&self.qmon, remaining)
-                    hv_unlock(&self.qmon)
+                    hv_wait(&self.qmon, remaining)
+            hv_unlock(&self.qmon)
+
+    cdef bint _wanted(self) noexcept nogil:
+        """(rmon held) Whether a round should run now: work queued or pending, a stop asked
+        for, or a peer waiting in a round this rank has not joined."""
+        cdef bint w
+        hv_lock(&self.qmon)
+        w = not self.finished and (not self.queue.empty() or self.stop_requested)
+        hv_unlock(&self.qmon)
+        return w or not self.pending.empty() or (self.watch.ctl != MPI_COMM_NULL and
+                                                 self.watch.wanted > self.watch.clock)
+
+    cdef int _step(self) noexcept nogil:
+        """(rmon held) Take the queue and run one round; returns 1 when it was the last."""
+        cdef vector[Request*] fresh
+        cdef bint stopping
+        hv_lock(&self.qmon)
+        fresh.swap(self.queue)
+        stopping = self.stop_requested
+        hv_unlock(&self.qmon)
+        self._intake(fresh)
+        if self._round(stopping):
+            if self.stopped_together:
+                watch_quiesce(&self.watch)
+            hv_lock(&self.qmon)
+            self.finished = True
+            self.busy = False
+            hv_notify_all(&self.qmon)
+            hv_unlock(&self.qmon)
+            return 1
+        hv_lock(&self.qmon)
+        self.busy = not self.pending.empty()
+        hv_unlock(&self.qmon)
+        return 0
+
+    cdef void _drive(self, Request* req) noexcept nogil:
+        """A thread waiting for `req` runs rounds itself until it completes, one round per
+        turn of the round lock: while another thread holds the lock it sleeps on the completion
+        monitor instead (woken when a request completes or the lock is let go), so a round
+        that completes its request lets it go on at once. The lock is never held across
+        rounds: another thread of this rank (a second synchronous call, a chained collective)
+        must be able to take its turn, or ranks whose threads wait in different orders would
+        each hold the round the others need. A stop is left to the coordinator thread, and so
+        is whatever is still pending afterwards."""
+        cdef Watch* saved
+        cdef bint go, kick = False, last = False
+        cdef int64_t turn
+        while hv_load(&req.status) == ST_PENDING and not last:
+            hv_lock(&self.qmon)
+            go = not (self.stop_requested or self.finished)
+            hv_unlock(&self.qmon)
+            if not go:
+                break
+            hv_lock(&self.dmon)
+            turn = self.turns
+            hv_unlock(&self.dmon)
+            if hv_trylock(&self.rmon):
+                if hv_load(&req.status) == ST_PENDING:
+                    saved = watch_current()
+                    watch_bind(&self.watch)
+                    last = self._step() != 0
+                    kick = self.watch.ctl != MPI_COMM_NULL and self.watch.wanted > self.watch.clock
+                    watch_bind(saved)
+                self._release_round()
+                continue
+            hv_lock(&self.dmon)
+            if hv_load(&req.status) == ST_PENDING and self.turns == turn:
+                hv_wait(&self.dmon, 0.05)
+            hv_unlock(&self.dmon)
+        hv_lock(&self.qmon)
+        self.kick = self.kick or kick
+        if self.kick or self.busy or not self.queue.empty() or self.stop_requested:
+            hv_notify_all(&self.qmon)
+        hv_unlock(&self.qmon)
+
+    cdef void _release_round(self) noexcept nogil:
+        """Let go of the round lock, waking threads that wait for their turn at it."""
+        hv_unlock(&self.rmon)
+        hv_lock(&self.dmon)
+        self.turns += 1
+        hv_notify_all(&self.dmon)
+        hv_unlock(&self.dmon)
 
     cdef void _idle(self) noexcept nogil:
-        """(qmon held) Sleep until work is queued, a stop is asked for, or a peer pings for a
-        round this rank has not joined; the sleep is woken at once by a submit, and otherwise
-        polls the liveness watch at intervals doubling from 1 to 50 ms."""
+        """(qmon held) Sleep until work is queued or pending, a stop is asked for, or a peer
+        pings for a round this rank has not joined; the sleep is woken at once by a submit, and
+        otherwise polls the liveness watch at intervals doubling from 1 to 50 ms (unless a
+        synchronous caller holds the round lock: it answers pings itself while it waits)."""
         cdef double pause = 1e-3
-        while self.queue.empty() and self.pending.empty() and not self.stop_requested:
+        cdef bint wanted
+        while (self.queue.empty() and not self.busy and not self.kick and not self.stop_requested
+               and not self.finished):
             if self.watch.ctl == MPI_COMM_NULL:
                 hv_wait(&self.qmon, -1)
                 continue
-            if self.watch.wanted > self.watch.clock:
-                return
             hv_wait(&self.qmon, pause)
-            if not (self.queue.empty() and self.pending.empty() and not self.stop_requested):
+            if not (self.queue.empty() and not self.busy and not self.kick
+                    and not self.stop_requested and not self.finished):
                 return          # woken for work: no MPI call stands between a submit and its round
             hv_unlock(&self.qmon)
-            watch_poll(&self.watch, 0.0)
+            wanted = False
+            if hv_trylock(&self.rmon):
+                watch_poll(&self.watch, 0.0)
+                wanted = self.watch.wanted > self.watch.clock
+                hv_unlock(&self.rmon)
             hv_lock(&self.qmon)
+            if wanted:
+                return
             pause = pause * 2 if pause < 25e-3 else 50e-3
 
     cdef void _intake(self, vector[Request*]& fresh) noexcept nogil:
@@ -373,18 +522,30 @@ cdef class Coordinator:
 
     cdef int _round(self, bint stopping) noexcept nogil:
         """One negotiation round; returns 1 when the coordinator must stop."""
+        cdef vector[Item] items
+        cdef int done
+        self.doing_items = &items       # a lost-rank message names what the round waits on
+        self.doing_at = -1
+        done = self._negotiate_and_run(stopping, items)
+        self.doing_items = NULL
+        return done
+
+    cdef int _negotiate_and_run(self, bint stopping, vector[Item]& items) noexcept nogil:
         cdef int W = (self.cache.capacity + 63) // 64, err, finish = 0
         cdef vector[uint64_t] bits
-        cdef vector[Item] items
         cdef double t0 = hv_now(), t1, ready
         cdef uint64_t flags
+        if self.layout_dirty:
+            self._layout()
         self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
-        self._doing_round()
         self.watch.negotiating = True
         if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
             watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
-        err = transport_agree(self.ctx.comm, bits)
+        memcpy(self.msg.data(), bits.data(), 8 * <size_t>self.nwords)
+        err = agree(self.ctx.comm, <char*>self.msg.data(), <char*>self.msg_other.data(),
+                    self.nwords, self.region_bytes, self.rides.data(), <int>self.rides.size())
+        memcpy(bits.data(), self.msg.data(), 8 * <size_t>self.nwords)
         t1 = hv_now()
         if err:
             self._die_err(b"negotiation failed: ", err)
@@ -394,10 +555,11 @@ cdef class Coordinator:
         self.watch.negotiating = False
         self.rounds += 1
         flags = bits_flags(bits, W)
-        self._cached(bits, W, not (flags & FLAG_ALL_JOINED), items)
+        self._cached(bits, W, not (flags & FLAG_ALL_JOINED), (flags & FLAG_NOT_JOINED) != 0, items)
         self.own_seconds += hv_now() - t1
         if (flags & SLOW_FLAGS) != SLOW_FLAGS:
             finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL))
+            self.layout_dirty = True        # rank 0 may have given out cache slots
             if self.dead:       # the gather or broadcast failed: everything has failed already
                 return 1
         ready = hv_now()
@@ -427,6 +589,8 @@ cdef class Coordinator:
                 req.sent = False
             if req.slot >= 0:
                 bits_mark_ready(bits, req.slot)
+                if self.ride_at[req.slot] >= 0:
+                    self._board(req, self.ride_at[req.slot])
             elif not req.sent:
                 misses = True
             if req.meta.collective != C_JOIN and req.submitted < oldest:
@@ -441,22 +605,35 @@ cdef class Coordinator:
         stall = stall_due(&self.stall, now, oldest)
         bits_set_flags(bits, W, (0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
                        (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
-                       (0 if self.tune.publish else FLAG_NO_TUNE))
+                       (0 if self.tune.publish else FLAG_NO_TUNE) | (0 if self.joined else FLAG_NOT_JOINED))
 
-    cdef void _cached(self, vector[uint64_t]& bits, int W, bint run, vector[Item]& items) noexcept nogil:
+    cdef void _cached(self, vector[uint64_t]& bits, int W, bint run, bint rides_ok,
+                      vector[Item]& items) noexcept nogil:
         """Apply the agreed bits: slots some rank found stale are dropped everywhere (their
         requests go to rank 0 again); unless every rank has joined, slots ready everywhere
-        become this round's first items, in slot order."""
-        cdef int s
+        become this round's first items, in slot order (those that rode in the agreement are
+        done already, unless a rank has joined: its riding data were not real)."""
+        cdef int s, w
+        cdef uint64_t word
         cdef Item item
-        for s in range(self.cache.capacity):
-            if not bits_valid(bits, W, s) and not self.cache.names[s].empty():
-                self._unslot(s)
-                cache_evict(&self.cache, s)
+        for w in range(W):          # only the words' set bits: the cache may be large
+            word = ~bits[W + w]
+            while word:
+                s = w * 64 + _lowest_bit(word)
+                word &= word - 1
+                if s < self.cache.capacity and not self.cache.names[s].empty():
+                    self._unslot(s)
+                    cache_evict(&self.cache, s)
+                    self.layout_dirty = True
         if not run:
             return
-        for s in range(self.cache.capacity):
-            if bits_ready(bits, s) and not self.cache.names[s].empty():
+        for w in range(W):
+            word = bits[w]
+            while word:
+                s = w * 64 + _lowest_bit(word)
+                word &= word - 1
+                if s >= self.cache.capacity or self.cache.names[s].empty():
+                    continue
                 it = self.pending.find(self.cache.names[s])
                 if it == self.pending.end() and not self.joined:
                     continue
@@ -466,6 +643,7 @@ cdef class Coordinator:
                 item.value = -1
                 item.late.clear()
                 item.err = 0
+                item.ride = self.ride_at[s] if rides_ok else -1
                 items.push_back(item)
                 self.cache.last_used[s] = self.clock
 
@@ -608,6 +786,7 @@ cdef class Coordinator:
         item.value = a.value
         item.late.swap(a.late)
         item.err = 0
+        item.ride = -1
         items.push_back(item)
 
     cdef void _execute(self, vector[Item]& items) noexcept nogil:
@@ -615,7 +794,10 @@ cdef class Coordinator:
         cdef Request* req
         cdef size_t es, k
         cdef int err, c
-        self._doing_items(items, C_ALLREDUCE)
+        self.doing_at = -2
+        for k in range(items.size()):
+            if items[k].ride >= 0:
+                self._landed(&items[k])
         # Average divides by the set's size: a joined rank counts, contributing zeros (Horovod's rule)
         run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
         for k in range(items.size()):
@@ -627,7 +809,7 @@ cdef class Coordinator:
                 it.start = it.packed = hv_now()
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
             if c != C_ALLREDUCE:
-                self.doing = self._label(it.meta.collective, it.name)
+                self.doing_at = <int>k
                 err = run_item(self.ctx.comm, it)
             if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
@@ -639,6 +821,51 @@ cdef class Coordinator:
                 self._complete(req, ST_ERROR, E_MPI, string(b"MPI call failed: "), err)
             else:
                 self._complete(req, ST_DONE, E_NONE, string(), 0)
+
+    cdef void _layout(self) noexcept nogil:
+        """Places in the agreement message's region for the cached all-reduces that fit,
+        in slot order (every rank holds the same cache, so the same layout)."""
+        cdef Ride r
+        cdef size_t nbytes, off = 0
+        cdef int s
+        self.rides.clear()
+        for s in range(self.cache.capacity):
+            self.ride_at[s] = -1
+            if self.cache.names[s].empty() or not _may_ride(self.cache.metas[s]):
+                continue
+            nbytes = item_count(self.cache.metas[s]) * dtype_size(self.cache.metas[s].dtype)
+            if off + nbytes > self.ride_bytes:
+                continue
+            r.slot = s
+            r.offset = off
+            r.count = item_count(self.cache.metas[s])
+            r.dtype = self.cache.metas[s].dtype
+            r.op = kernel_op(self.cache.metas[s].op)
+            self.ride_at[s] = <int>self.rides.size()
+            self.rides.push_back(r)
+            off += (nbytes + 7) // 8 * 8
+        self.region_bytes = off
+        self.msg.assign(self.nwords + off // 8, 0)
+        self.msg_other.assign(self.nwords + off // 8, 0)
+        self.layout_dirty = False
+
+    cdef void _board(self, Request* req, int k) noexcept nogil:
+        """This rank's input of a ready riding all-reduce, into its place in the message."""
+        memcpy(<char*>self.msg.data() + 8 * self.nwords + self.rides[k].offset, req.input,
+               self.rides[k].count * dtype_size(self.rides[k].dtype))
+
+    cdef void _landed(self, Item* it) noexcept nogil:
+        """A riding all-reduce ready everywhere: its result is in the agreed message."""
+        cdef Ride* r = &self.rides[it.ride]
+        it.start = it.packed = hv_now()
+        self.ridden += 1
+        if it.req != NULL:
+            memcpy(it.req.output, <char*>self.msg.data() + 8 * self.nwords + r.offset,
+                   r.count * dtype_size(r.dtype))
+            finish_op(it.req.output, r.count, r.dtype, it.meta.op, self.ctx.size)
+            it.req.algorithm_used = ALG_RD
+        it.ran = it.unpacked = hv_now()
+        it.err = 0
 
     cdef void _record(self, Item* it, Request* req, size_t nbytes) noexcept nogil:
         cdef TEvent e
@@ -689,32 +916,39 @@ cdef class Coordinator:
         s.append(b"'")
         return s
 
-    cdef void _doing_round(self) noexcept nogil:
-        """The round's description for a lost-rank message: the names this rank waits on."""
-        cdef int shown = 0
-        self.doing = string(b"a negotiation round")
+    cdef string _doing(self) noexcept nogil:
+        """What the current round waits on, for a lost-rank message (built only then): the
+        collective it runs, the fused all-reduces, or the names it negotiates for."""
+        cdef string d
+        cdef int shown = 0, k = 0
+        cdef size_t i
+        cdef vector[Item]* items = self.doing_items
+        if items != NULL and 0 <= self.doing_at < <int>items.size():
+            return self._label(deref(items)[self.doing_at].meta.collective,
+                               deref(items)[self.doing_at].name)
+        if items != NULL and self.doing_at == -2:
+            for i in range(items.size()):
+                if deref(items)[i].meta.collective == C_ALLREDUCE:
+                    if k == 0:
+                        d = self._label(C_ALLREDUCE, deref(items)[i].name)
+                    k += 1
+            if k > 1:
+                d.append(b" (fused with ")
+                d.append(int_to_str(k - 1))
+                d.append(b" more)")
+            if k:
+                return d
+        d = string(b"a negotiation round")
         for kv in self.pending:
             if shown == 3:
-                self.doing.append(b", ...")
+                d.append(b", ...")
                 break
-            self.doing.append(b" (waiting on " if shown == 0 else b", ")
-            self.doing.append(self._label(kv.second.meta.collective, kv.first))
+            d.append(b" (waiting on " if shown == 0 else b", ")
+            d.append(self._label(kv.second.meta.collective, kv.first))
             shown += 1
         if shown:
-            self.doing.append(b")")
-
-    cdef void _doing_items(self, vector[Item]& items, int collective) noexcept nogil:
-        cdef int k = 0
-        cdef size_t i
-        for i in range(items.size()):
-            if items[i].meta.collective == collective:
-                if k == 0:
-                    self.doing = self._label(collective, items[i].name)
-                k += 1
-        if k > 1:
-            self.doing.append(b" (fused with ")
-            self.doing.append(int_to_str(k - 1))
-            self.doing.append(b" more)")
+            d.append(b")")
+        return d
 
     cdef void _die_err(self, const char* what, int code) noexcept nogil:
         """Stop for good after a failed MPI call; a lost peer is named with what was in flight."""
@@ -728,7 +962,7 @@ cdef class Coordinator:
         why.append(b" is lost: it has not answered for ")
         why.append(int_to_str(<int64_t>(self.watch.lost_silence + 0.5)))
         why.append(b" s (HVLITE_LOST_RANK_SECONDS) while this rank waited in ")
-        why.append(self.doing)
+        why.append(self._doing())
         why.append(b"; it was killed, stopped or exited without shutdown(), and MPI cannot go on "
                    b"without it")
         self._die(E_LOST, why.c_str(), 0)

@@ -14,6 +14,7 @@ cdef cppclass Item:
     string late          # ranks that submitted last (rank 0 knows it for cache misses)
     int fused            # tensors in this item's batch
     double ready, start, packed, ran, unpacked   # timeline: when each phase ended
+    int ride             # >= 0: reduced inside the round's agreement (agree.pyx), the ride's index
 
 cdef cppclass FusionBuffer:
     char* buf

@@ -160,7 +160,7 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
     cdef int err
     used.assign(items.size(), 0)
     for i in range(items.size()):
-        if used[i] or items[i].meta.collective != C_ALLREDUCE:
+        if used[i] or items[i].meta.collective != C_ALLREDUCE or items[i].ride >= 0:
             continue
         # Gather every later item of the same kind, in order, into threshold-sized batches.
         batch.clear()
@@ -171,7 +171,7 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         large_alone = (items[i].meta.op == OP_ADASUM
                        or not pieces_in_segment(c, items[i].meta.algorithm))
         for j in range(i, items.size()):
-            if used[j] or items[j].meta.collective != C_ALLREDUCE:
+            if used[j] or items[j].meta.collective != C_ALLREDUCE or items[j].ride >= 0:
                 continue
             if (items[j].meta.dtype != items[i].meta.dtype or items[j].meta.op != items[i].meta.op
                     or items[j].meta.algorithm != items[i].meta.algorithm):

@@ -36,10 +36,13 @@ cdef class Pending:
         return hv_load(&self.req.status) != ST_PENDING
 
     def wait(self):
-        """Block (without the GIL) until the coordinator completes the request."""
+        """Block (without the GIL) until the request completes: this thread runs the
+        coordinator's rounds itself while no other thread does, else waits for them."""
         cdef Request* req = self.req
         cdef hv_monitor* mon = self.mon
         cdef int i
+        if self.drive != NULL and hv_load(&req.status) == ST_PENDING:
+            self.drive(self.owner, req)
         with nogil:
             for i in range(200):
                 if hv_load(&req.status) != ST_PENDING:
@@ -105,8 +108,10 @@ cdef class Pending:
         del self.req
 
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep):
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep,
+                          drive_fn drive=NULL):
     cdef Pending p = Pending.__new__(Pending)
+    p.drive = drive
     p.req = req
     p.mon = mon
     p.owner = owner

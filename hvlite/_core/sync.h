@@ -53,6 +53,8 @@ static inline void hv_monitor_init(hv_monitor* m) {
 static inline void hv_monitor_destroy(hv_monitor* m) { pthread_cond_destroy(&m->cv); pthread_mutex_destroy(&m->mu); }
 static inline void hv_lock(hv_monitor* m) { pthread_mutex_lock(&m->mu); }
 static inline void hv_unlock(hv_monitor* m) { pthread_mutex_unlock(&m->mu); }
+/* Take the lock only if it is free; returns whether it was taken. */
+static inline int hv_trylock(hv_monitor* m) { return pthread_mutex_trylock(&m->mu) == 0; }
 static inline void hv_notify_all(hv_monitor* m) { pthread_cond_broadcast(&m->cv); }
 /* Wait (lock held) at most `seconds`; negative waits without a limit. */
 static inline void hv_wait(hv_monitor* m, double seconds) {

@@ -18,5 +18,6 @@ cdef extern from "sync.h" nogil:
     void hv_monitor_destroy(hv_monitor*)
     void hv_lock(hv_monitor*)
     void hv_unlock(hv_monitor*)
+    bint hv_trylock(hv_monitor*)
     void hv_notify_all(hv_monitor*)
     void hv_wait(hv_monitor*, double)

@@ -6,8 +6,6 @@ from mpi4py.libmpi cimport MPI_Comm, MPI_Request
 from hvlite._core.wire cimport Span
 
 cdef int transport_wait(MPI_Request* r) noexcept nogil
-# Every rank: bits <- BAND of every rank's bits (one MPI_Iallreduce, polled).
-cdef int transport_agree(MPI_Comm comm, vector[uint64_t]& bits) noexcept nogil
 # Every rank sends payload; rank 0 gets spans[r] viewing rank r's bytes inside buf.
 cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
                           vector[Span]& spans) noexcept nogil

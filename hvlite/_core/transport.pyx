@@ -1,6 +1,6 @@
-"""The MPI side of a negotiation round, kept apart from the format so each can change alone:
-the all-reduce of the cache bits every round, and on slow rounds the gather of submissions to
-rank 0 and the broadcast of its response. Per slow round: Gather + Gatherv + 2 Bcast. Every call
+"""The MPI side of a slow negotiation round, kept apart from the format so each can change alone:
+the gather of submissions to rank 0 and the broadcast of its response (every round's agreement
+on the cache bits is agree.pyx's). Per slow round: Gather + Gatherv + 2 Bcast. Every call
 is non-blocking and polled through liveness.wait_all, so a wait on a rank that never comes
 answers pings, pulls idle peers in and ends when a peer is lost."""
 # distutils: language = c++
@@ -13,15 +13,6 @@ cdef int transport_wait(MPI_Request* r) noexcept nogil:
     """Until done: spin, then yield, then sleep up to 1 ms between tests, so waiting for a late
     rank does not burn a core."""
     return wait_all(1, r, True)
-
-
-cdef int transport_agree(MPI_Comm comm, vector[uint64_t]& bits) noexcept nogil:
-    cdef MPI_Request req
-    cdef int err = MPI_Iallreduce(MPI_IN_PLACE, bits.data(), <int>bits.size(), MPI_UINT64_T,
-                                  MPI_BAND, comm, &req)
-    if not err:
-        err = transport_wait(&req)
-    return err
 
 
 cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,

@@ -89,6 +89,7 @@ cdef enum:
     FLAG_NO_STALL = 4
     FLAG_ALL_JOINED = 8
     FLAG_NO_TUNE = 16        # rank 0 clears it to publish a new autotune setting
+    FLAG_NOT_JOINED = 32     # cleared by a joined rank: its riding data are not real (agree.pyx)
     SLOW_FLAGS = 1 | 2 | 4 | 16
 
 cdef inline void bits_reset(vector[uint64_t]& b, int W) noexcept nogil:

@@ -84,9 +84,10 @@ def test_poll_then_synchronize_and_duplicate_names():
     failures = []
     if RANK == 0:
         h = hvd.allreduce_async(np.ones(4), name="dup", op=hvd.Sum)
-        try:
+        try:        # alone, the first may have completed already: nothing else holds it back
             hvd.allreduce_async(np.ones(4), name="dup")
-            failures.append("a second 'dup' in flight was accepted")
+            if N > 1:
+                failures.append("a second 'dup' in flight was accepted")
         except hvd.InvalidArgumentError as e:
             if "dup" not in str(e) or "already in flight" not in str(e):
                 failures.append(f"message {e}")
