@@ -139,3 +139,23 @@ def test_compressed_handles_synchronized_in_opposite_orders():
     got = {i: hvd.synchronize(handles[i]) for i in order}
     for i in range(2):
         assert_identical_everywhere(got[i], f"powersgd handle {i}")
+
+
+def test_named_out_of_place_results_are_reused_only_when_let_go():
+    """hvd.allreduce(..., name=) reuses its previous result once the caller dropped it (no page
+    faults on fresh memory every step), never one the caller still holds."""
+    import weakref
+    failures = []
+    x = np.full(1 << 15, RANK + 1, np.float32)
+    first = hvd.allreduce(x, op=hvd.Sum, name="pool.g")
+    second = hvd.allreduce(x * 2, op=hvd.Sum, name="pool.g")      # `first` is still held
+    if second is first or not (first == N * (N + 1) / 2).all():
+        failures.append("a result the caller held was overwritten")
+    ref = weakref.ref(second)
+    del first, second
+    third = hvd.allreduce(x * 3, op=hvd.Sum, name="pool.g")
+    if third is not ref():
+        failures.append("the previous result, dropped, was not reused")
+    if not (third == 3 * N * (N + 1) / 2).all():
+        failures.append(f"result {third[:2]}")
+    assert_everywhere(failures)

@@ -9,7 +9,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "hvlite"
 
 # Bottom-up. A module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("foundation", ["hvlite.errors", "hvlite.work"]),
+    ("foundation", ["hvlite.errors", "hvlite.work", "hvlite.outputs"]),
     ("core", ["hvlite._core"]),
     ("tables", ["hvlite.ops", "hvlite.config", "hvlite.gpu.arrays", "hvlite.gpu.copy_engine",
                 "hvlite.gpu.staging", "hvlite.gpu.cuda_aware", "hvlite.gpu.ring"]),

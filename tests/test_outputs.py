@@ -1,0 +1,54 @@
+"""The pool of out-of-place results (hvlite/outputs.py): reused only when nobody else holds
+the previous result, never for small arrays, bounded in bytes."""
+import weakref
+
+import numpy as np
+
+from hvlite import outputs
+from hvlite.outputs import OutputPool
+
+BIG = np.zeros(1 << 15, np.float32)         # 128 KiB
+
+
+def test_a_result_nobody_holds_is_reused():
+    pool = OutputPool()
+    first = pool.take("g", BIG)
+    ref = weakref.ref(first)
+    del first
+    assert pool.take("g", BIG) is ref()
+
+
+def test_a_result_still_held_is_never_reused():
+    pool = OutputPool()
+    held = pool.take("g", BIG)
+    held[:] = 7
+    again = pool.take("g", BIG)
+    assert again is not held and (held == 7).all()
+    view = again[10:20]
+    del again
+    third = pool.take("g", BIG)         # the view keeps the second one alive
+    assert third.base is None and view.base is not third
+    kept = [pool.take("h", BIG)]
+    assert pool.take("h", BIG) is not kept[0]
+
+
+def test_other_shapes_and_dtypes_and_small_arrays_get_new_arrays():
+    pool = OutputPool()
+    a = pool.take("g", BIG)
+    ref = weakref.ref(a)
+    del a
+    b = pool.take("g", BIG.astype(np.float64))
+    assert b.dtype == np.float64 and ref() is None
+    small = np.zeros(16, np.float32)
+    s1 = pool.take("s", small)
+    ref = weakref.ref(s1)
+    del s1
+    assert "s" not in pool.arrays and ref() is None
+
+
+def test_the_pool_is_bounded(monkeypatch):
+    monkeypatch.setattr(outputs, "MAX_BYTES", 3 * BIG.nbytes)
+    pool = OutputPool()
+    for i in range(10):
+        pool.take(f"n{i}", BIG)
+    assert pool.nbytes <= 3 * BIG.nbytes and list(pool.arrays) == ["n7", "n8", "n9"]
