@@ -1,15 +1,19 @@
-"""All-reduce benchmark: every hvlite algorithm against MPI's own MPI_Allreduce, in one run.
+"""All-reduce benchmark of the public calls against MPI's own MPI_Allreduce, in one run.
 
     mpiexec -n 2 python scripts/bench_allreduce.py [--sizes 4K,1M,...] [--csv out.csv] [--png out.png]
 
-Each size gets one persistent float32 buffer (scratch and buffers persist across calls, as in
-training). Each repetition runs the algorithms in a fresh random order, so drift and ordering
-effects on a noisy machine hit them alike; a
-rep's time is the slowest rank's, and the table shows medians. The reference is MPI_Allreduce in
-place on the same buffer, at the same thread level, called through the same Python path.
-Bus bandwidth = 2(N-1)/N * bytes / time. The "memcpy" column is the machine's ceiling: every
-rank copies the buffer once (private to private) at the same moment, timed like the rest; an
-all-reduce within a node touches each byte at least that often.
+What users call is what is timed: `hvd.allreduce_(x, op=Sum, name=...)` (named: a response-cache
+hit after the first call), the same unnamed, the out-of-place `hvd.allreduce`, and
+`hvd.allreduce_async_` then `synchronize()`, all left to `auto`; then `hvd.allreduce_` with each
+algorithm forced (`algorithm=`), so auto's pick can be checked against the best in the same run.
+`engine` (a labelled extra) calls the algorithms' dispatcher directly, with no coordinator in
+front: no public call goes that way.
+
+Each size gets one persistent float32 buffer (buffers and scratch persist across calls, as in
+training). Each repetition runs every column in a fresh random order (the same on every rank),
+so drift and ordering effects on a noisy machine hit them alike; a repetition's time is the
+slowest rank's, and the table shows medians. The reference is MPI_Allreduce in place on the same
+buffer, at the same thread level, called through mpi4py. Bus bandwidth = 2(N-1)/N * bytes / time.
 """
 import argparse
 import csv
@@ -19,9 +23,10 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.cost_model import ALGORITHMS
+from hvlite._core.cost_model import ALGORITHMS, NAMES
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+PUBLIC = ("named", "unnamed", "out_of_place", "async")
 
 
 def parse_size(s):
@@ -37,45 +42,63 @@ def human(n):
     return f"{n} B"
 
 
-def measure(rt, buf, algos, budget_s, max_reps):
-    """Median seconds per call for each algorithm (slowest rank per rep)."""
+def calls(rt, buf, algos):
+    """column -> a function making one call on `buf`."""
+    comm, MPI = rt.comm, rt.MPI
+    fns = {
+        "mpi_ref": lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+        "named": lambda: hvd.allreduce_(buf, op=hvd.Sum, name="bench.named"),
+        "unnamed": lambda: hvd.allreduce_(buf, op=hvd.Sum),
+        "out_of_place": lambda: hvd.allreduce(buf, op=hvd.Sum, name="bench.oop"),
+        "async": lambda: hvd.allreduce_async_(buf, op=hvd.Sum, name="bench.async").synchronize(),
+        "engine": lambda: rt.engine.allreduce(buf, 2, 0, ALGORITHMS["auto"], False),
+    }
+    for a in algos:
+        fns[a] = (lambda a=a: hvd.allreduce_(buf, op=hvd.Sum, algorithm=a, name=f"bench.{a}"))
+    return fns
+
+
+def measure(rt, fns, budget_s, max_reps):
+    """Median seconds per call for each column (slowest rank per repetition)."""
     comm = rt.comm
-    engine = rt.engine
-    codes = {a: ALGORITHMS.get(a) for a in algos}
-    check = rt.settings.check_agreement
+    cols = list(fns)
 
-    dst = np.empty_like(buf) if "memcpy" in algos else None
-
-    def once(a):
+    def once(c):
         comm.Barrier()
         t0 = time.perf_counter()
-        if a == "memcpy":
-            np.copyto(dst, buf)
-        else:
-            # "mpi" is the reference: no hvlite metadata check in front of it.
-            engine.allreduce(buf, 2, 0, codes[a], check and a != "mpi")
+        fns[c]()
         return time.perf_counter() - t0
 
-    for a in algos:          # warm-up: page in the buffer, settle MPI's internal buffers
-        once(a)
-        once(a)
-    est = comm.allreduce(max(once(a) for a in algos), op=rt.MPI.MAX)
-    reps = int(max(5, min(max_reps, budget_s / max(est * len(algos), 1e-7))))
-    times = np.zeros((len(algos), reps))
+    for c in cols:          # warm-up: page in, fill the response cache, settle MPI's buffers
+        once(c)
+        once(c)
+    est = comm.allreduce(max(once(c) for c in cols), op=rt.MPI.MAX)
+    reps = int(max(5, min(max_reps, budget_s / max(est * len(cols), 1e-7))))
+    times = np.zeros((len(cols), reps))
     order = np.random.default_rng(reps)          # same seed, so the same order on every rank
     for i in range(reps):
-        for j in order.permutation(len(algos)):
-            times[j, i] = once(algos[j])
+        for j in order.permutation(len(cols)):
+            times[j, i] = once(cols[j])
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=rt.MPI.MAX)
-    return {a: float(np.median(slowest[j])) for j, a in enumerate(algos)}, reps
+    return {c: float(np.median(slowest[j])) for j, c in enumerate(cols)}, reps
+
+
+def auto_pick(buf):
+    """The algorithm a named public call left to auto ran on this buffer."""
+    h = hvd.allreduce_async_(buf, op=hvd.Sum, name="bench.pick")
+    h.wait()
+    code = h._pending.algorithm_used
+    h.synchronize()
+    return NAMES.get(code, str(code))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M,16M,64M,256M")
+    p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M,16M,64M")
     p.add_argument("--algorithms", default=None,
-                   help="comma list; default: every hvlite algorithm that applies, plus mpi")
+                   help="comma list of algorithms forced through hvd.allreduce_ (default: every "
+                        "one that applies)")
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per size")
     p.add_argument("--max-reps", type=int, default=300)
     p.add_argument("--csv", default=None)
@@ -88,48 +111,54 @@ def main():
     if args.algorithms:
         algos = args.algorithms.split(",")
     else:
-        algos = (["mpi", "ring", "rhd", "rd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else [])
-                 + (["shm"] if rt.engine.shm_info()["available"] else []) + ["auto", "memcpy"])
+        algos = (["ring", "rhd", "rd", "tree"] + (["hierarchical"] if hvd.cross_size() > 1 else [])
+                 + (["shm"] if rt.engine.shm_info()["available"] else []) + ["mpi"])
     sizes = [parse_size(s) for s in args.sizes.split(",")]
-    rows = []
+    rows, summary = [], []
+    cols = ["mpi_ref", *PUBLIC, *algos, "engine"]
     if rank == 0:
         print(f"# hvlite all-reduce benchmark: {n} ranks, float32 sum, {hvd.mpi_thread_level()}, "
-              f"{hvd.cross_size()} node(s)", flush=True)
-        hdr = f"{'size':>9} | " + " | ".join(f"{a:>16}" for a in algos)
+              f"{hvd.cross_size()} node(s); public calls first, algorithms forced through "
+              "hvd.allreduce_, engine = direct (extra)", flush=True)
+        hdr = f"{'size':>9} | " + " | ".join(f"{c:>16}" for c in cols)
         print(hdr + "\n" + "-" * len(hdr), flush=True)
     for nbytes in sizes:
         buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
-        med, reps = measure(rt, buf, algos, args.budget, args.max_reps)
-        ref = med["mpi"] if "mpi" in med else None
+        med, reps = measure(rt, calls(rt, buf, algos), args.budget, args.max_reps)
+        pick = auto_pick(buf)
+        ref = med["mpi_ref"]
+        best = min(algos, key=lambda a: med[a])
         if rank == 0:
             cells = []
-            for a in algos:
-                t = med[a]
+            for c in cols:
+                t = med[c]
                 busbw = 2 * (n - 1) / n * buf.nbytes / t / 1e9 if n > 1 else float("nan")
-                ratio = ref / t if ref else float("nan")
+                ratio = ref / t
                 cells.append(f"{t * 1e6:8.1f}us {ratio:4.2f}x" if nbytes < (1 << 20)
                              else f"{busbw:6.2f}GB/s {ratio:4.2f}x")
-                rows.append({"ranks": n, "bytes": buf.nbytes, "algorithm": a, "median_s": t,
+                rows.append({"ranks": n, "bytes": buf.nbytes, "column": c, "median_s": t,
                              "busbw_GBps": busbw, "ratio_vs_mpi": ratio, "reps": reps,
-                             "chosen_by_auto": rt.engine.choose(buf.nbytes) == ALGORITHMS.get(a, -1)})
+                             "auto_pick": pick, "best_algorithm": best})
             print(f"{human(buf.nbytes):>9} | " + " | ".join(f"{c:>16}" for c in cells), flush=True)
+            summary.append((buf.nbytes, pick, best, med["named"] / med[best]))
         del buf
     if rank == 0:
-        auto_pick = {r["bytes"]: r["algorithm"] for r in rows if r["chosen_by_auto"]}
         print("# cells: median time (small) or bus bandwidth (>= 1 MiB), then speed relative to "
               "MPI_Allreduce (>1 is faster)")
-        print("# auto picked: " + ", ".join(f"{human(b)}: {a}" for b, a in sorted(auto_pick.items())))
+        print("# auto's pick vs the best forced algorithm (named/best: auto's time over the best's):")
+        for b, pick, best, r in summary:
+            print(f"#   {human(b):>9}: auto ran {pick:<12} best {best:<12} named/best {r:.2f}")
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))
                 w.writeheader()
                 w.writerows(rows)
         if args.png:
-            plot(rows, algos, n, hvd.mpi_thread_level(), args.png)
+            plot(rows, cols, n, hvd.mpi_thread_level(), args.png)
     hvd.shutdown()
 
 
-def plot(rows, algos, n, level, path):
+def plot(rows, cols, n, level, path):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -137,20 +166,23 @@ def plot(rows, algos, n, level, path):
     except ImportError:
         print("# matplotlib not installed (pip install hvlite[plot]); no picture", file=sys.stderr)
         return
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for a in algos:
-        pts = [(r["bytes"], r["busbw_GBps"]) for r in rows if r["algorithm"] == a]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                linestyle="--" if a in ("mpi", "memcpy") else "-",
-                label={"mpi": "MPI_Allreduce", "memcpy": "memcpy (ceiling)"}.get(a, a))
-    ax.set_xscale("log", base=2)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     sizes = sorted({r["bytes"] for r in rows})
-    ax.set_xticks(sizes, [human(b).replace(" ", "") for b in sizes])
-    ax.set_xlabel("buffer size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title(f"all-reduce, {n} ranks, float32 sum, {level}")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    for ax, wanted, title in ((axes[0], ("mpi_ref", *PUBLIC), "public calls (auto)"),
+                              (axes[1], [c for c in cols if c not in PUBLIC], "algorithms forced")):
+        for c in wanted:
+            pts = [(r["bytes"], r["ratio_vs_mpi"]) for r in rows if r["column"] == c]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                    linestyle="--" if c in ("mpi_ref", "engine") else "-",
+                    label={"mpi_ref": "MPI_Allreduce", "engine": "engine direct (extra)"}.get(c, c))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [human(b).replace(" ", "") for b in sizes], rotation=45)
+        ax.set_xlabel("buffer size (bytes)")
+        ax.set_ylabel("speed vs MPI_Allreduce (>1 faster)")
+        ax.set_title(f"{title}, {n} ranks")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"hvd.allreduce_, float32 sum, {level}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"# wrote {path}")
