@@ -30,6 +30,9 @@ def why_not():
     if made.returncode:
         return f"network namespaces are not allowed here: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    uts = subprocess.run(["unshare", "--uts", "true"], capture_output=True, text=True)
+    if uts.returncode:
+        return f"UTS namespaces are not allowed here: {uts.stderr.strip()}"
     return None
 
 
