@@ -7,12 +7,14 @@ marked cluster_matrix (`pytest -m cluster_matrix tests/cluster`): alternating an
 the all-reduce matrix of every algorithm, process sets, train_digits.py, the ofi netmod."""
 import os
 import re
+import subprocess
 import sys
 import time
 
 import pytest
 
 from conftest import ROOT
+from hvlite.run import emulated
 import emulated_cluster
 
 matrix = pytest.mark.cluster_matrix
@@ -25,6 +27,44 @@ def cluster():
         yield c
     finally:
         down()
+
+
+# ---- the script ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,words", [(["up", "0"], "K hosts, 1 to 32"),
+                                        (["up", "2", "--subnet", "10.1"], "--subnet A.B.C"),
+                                        (["up", "2", "3"], "unexpected argument 3"),
+                                        (["exec"], "exec HOST")])
+def test_script_refuses_bad_arguments(argv, words):
+    """Checked before anything is made (no root needed)."""
+    run = subprocess.run(["bash", emulated_cluster.SCRIPT, *argv], capture_output=True,
+                         text=True, timeout=30)
+    assert run.returncode != 0 and words in run.stderr, run
+
+
+def test_a_failed_up_leaves_nothing():
+    """`up 2` failing at the second host (its namespace's name is taken), after the bridge, the
+    first host and its /etc/hosts line exist: everything is torn down again and /etc/hosts is
+    byte for byte what it was."""
+    reason = emulated_cluster.why_not()
+    if reason:
+        pytest.skip(f"emulated hosts: {reason}")
+    if emulated.cluster_hosts(emulated.state_dir()):
+        pytest.skip("a cluster is up already")
+    hosts = open("/etc/hosts", "rb").read()
+    subprocess.run(["ip", "netns", "add", "hvlite-h2"], check=True)
+    try:
+        run = subprocess.run(["bash", emulated_cluster.SCRIPT, "up", "2"], capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        subprocess.run(["ip", "netns", "del", "hvlite-h2"], capture_output=True)
+    assert run.returncode != 0 and "tearing down" in run.stderr, run
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "hvlite-h" not in netns, netns
+    bridge = subprocess.run(["ip", "link", "show", "hvlbr0"], capture_output=True, text=True)
+    assert bridge.returncode != 0, bridge.stdout
+    assert open("/etc/hosts", "rb").read() == hosts
+    assert not os.path.exists(os.path.join(emulated.state_dir(), "hosts"))
 
 
 # ---- topology -----------------------------------------------------------------------------
