@@ -42,6 +42,15 @@ def test_script_refuses_bad_arguments(argv, words):
     assert run.returncode != 0 and words in run.stderr, run
 
 
+def test_skips_say_why(monkeypatch):
+    """Without root (or without a tool) the cross-host tests skip with the reason."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert emulated_cluster.why_not() == "needs root (network and UTS namespaces, a bridge)"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulated_cluster.shutil, "which", lambda tool: None if tool == "nsenter" else tool)
+    assert emulated_cluster.why_not() == "needs nsenter"
+
+
 def test_a_failed_up_leaves_nothing():
     """`up 2` failing at the second host (its namespace's name is taken), after the bridge, the
     first host and its /etc/hosts line exist: everything is torn down again and /etc/hosts is
