@@ -18,6 +18,8 @@ from hvlite.run import emulated
 import emulated_cluster
 
 matrix = pytest.mark.cluster_matrix
+TRAFFIC = os.path.join(ROOT, "tests", "cluster", "mpi_traffic.py")
+FAULTY = os.path.join(ROOT, "tests", "run", "faulty.py")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,8 @@ def test_skips_say_why(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert emulated_cluster.why_not() == "needs root (network and UTS namespaces, a bridge)"
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(emulated_cluster.shutil, "which", lambda tool: None if tool == "nsenter" else tool)
+    monkeypatch.setattr(emulated_cluster.shutil, "which",
+                        lambda tool: None if tool == "nsenter" else tool)
     assert emulated_cluster.why_not() == "needs nsenter"
 
 
@@ -128,8 +131,7 @@ def test_process_sets(cluster):
 def test_rhd_keeps_its_largest_exchange_within_a_host(cluster):
     """With ranks placed host by host, rhd's halving starts at distance 1: each host sends n
     bytes per all-reduce of n (per rank n/4 twice), not 2n as with the p/2 partner first."""
-    out = cluster.run("h1:2,h2:2", [sys.executable, os.path.join(ROOT, "tests/cluster/mpi_traffic.py"),
-                                    "rhd", "8", "4"])[1]
+    out = cluster.run("h1:2,h2:2", [sys.executable, TRAFFIC, "rhd", "8", "4"])[1]
     ratios = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("traffic rhd")[1])]
     assert len(ratios) == 2 and all(0.95 < r < 1.25 for r in ratios), out
 
@@ -139,8 +141,7 @@ def test_rhd_keeps_its_largest_exchange_within_a_host(cluster):
 def test_traffic_of_the_other_algorithms(cluster, algorithm, low, high):
     """The same count for ring (1.5n per host: 2(p-1)/p n over one crossing edge) and
     hierarchical (n: the leaders' exchange only)."""
-    out = cluster.run("h1:2,h2:2", [sys.executable, os.path.join(ROOT, "tests/cluster/mpi_traffic.py"),
-                                    algorithm, "8", "4"])[1]
+    out = cluster.run("h1:2,h2:2", [sys.executable, TRAFFIC, algorithm, "8", "4"])[1]
     ratios = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split(f"traffic {algorithm}")[1])]
     assert len(ratios) == 2 and all(low < r < high for r in ratios), out
 
@@ -185,8 +186,8 @@ def test_a_rank_killed_on_one_host(cluster):
     the rank and its host, and nothing of the job is left running on either host."""
     marker = f"hvlite-cluster-{os.getpid()}-{time.monotonic_ns()}"
     t0 = time.monotonic()
-    rc, out, err = cluster.run("h1:2,h2:2", [sys.executable, os.path.join(ROOT, "tests/run/faulty.py"),
-                                             "kill", "3", marker], check=False, timeout=60)
+    rc, out, err = cluster.run("h1:2,h2:2", [sys.executable, FAULTY, "kill", "3", marker],
+                               check=False, timeout=60)
     took = time.monotonic() - t0
     shown = f"exit {rc} after {took:.1f}s\nstdout:\n{out}\nstderr:\n{err}"
     assert rc != 0 and took < 30, shown
