@@ -15,18 +15,20 @@ RANK, N = WORLD.Get_rank(), WORLD.Get_size()
 
 
 def test_topology():
+    """Against where the ranks really are: the node of a rank is its host (MPI's processor
+    name), local ranks in rank order within a host, cross ranks among the ranks of one local
+    rank in rank order; HVLITE_LOCAL_SIZE=k cuts the ranks into nodes of k instead."""
     hvd.init()
     k = int(os.environ.get("HVLITE_LOCAL_SIZE", "0"))
     assert (hvd.rank(), hvd.size()) == (RANK, N)
-    if k:
-        node, nodes = RANK // k, (N + k - 1) // k
-        assert hvd.local_rank() == RANK % k
-        assert hvd.local_size() == min(k, N - node * k)
-        assert hvd.cross_rank() == node
-        # cross = ranks with my local rank: one per node that has that many ranks
-        assert hvd.cross_size() == sum(1 for n in range(nodes) if min(k, N - n * k) > RANK % k)
-    else:  # one machine: one node
-        assert (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == (RANK, N, 0, 1)
+    node_of = [r // k for r in range(N)] if k else WORLD.allgather(MPI.Get_processor_name())
+    local = [r for r in range(N) if node_of[r] == node_of[RANK]]
+    local_ranks = [[q for q in range(N) if node_of[q] == node_of[r]].index(r) for r in range(N)]
+    cross = [r for r in range(N) if local_ranks[r] == local_ranks[RANK]]
+    assert (hvd.local_rank(), hvd.local_size()) == (local.index(RANK), len(local))
+    assert (hvd.cross_rank(), hvd.cross_size()) == (cross.index(RANK), len(cross))
+    if k:   # nodes of k in rank order: the cross rank is the node's index
+        assert hvd.cross_rank() == RANK // k
 
 
 def test_thread_level_reported():

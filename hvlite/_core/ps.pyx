@@ -50,6 +50,19 @@ cdef int _poll(MPI_Request* reqs, int n, MPI_Status* st, double timeout) noexcep
             return PS_TIMEOUT
 
 
+cdef int _probe(MPI_Comm comm, int tag, MPI_Status* st, double timeout) noexcept nogil:
+    """Poll Iprobe(ANY_SOURCE, tag) until a message is waiting (its envelope into st)."""
+    cdef int flag = 0, err
+    cdef hv_backoff b
+    hv_backoff_init(&b)
+    while True:
+        err = MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, st)
+        if err or flag:
+            return err
+        if hv_backoff_step(&b) > timeout > 0:
+            return PS_TIMEOUT
+
+
 cdef int _check(int err, what) except -1:
     if err == 0:
         return 0
@@ -124,7 +137,10 @@ cdef class Link:
         _check(err, "sends still in flight")
 
     def recv(self, cnp.ndarray buf, int src, int tag, double timeout=-1):
-        """Receive into buf from src (ANY_SOURCE allowed); returns the sender."""
+        """Receive into buf from src; returns the sender. ANY_SOURCE is probed for first, then
+        received from the sender found: a polled Irecv(MPI_ANY_SOURCE) can miss a remote
+        sender's message for good under MPICH's ucx netmod when a peer shares the receiver's host
+        (a parameter server hung across hosts), while Iprobe(ANY_SOURCE) sees it."""
         cdef size_t n
         cdef char* p = _data(buf, &n)
         cdef MPI_Request req
@@ -132,13 +148,18 @@ cdef class Link:
         cdef int err
         if timeout < 0:
             timeout = self.timeout
+        if src == MPI_ANY_SOURCE:
+            with nogil:
+                err = _probe(self.comm, tag, &st, timeout)
+            _check(err, "waiting for any rank")
+            src = st.MPI_SOURCE
         _check(MPI_Irecv(p, <int>n, MPI_BYTE, src, tag, self.comm, &req), f"receive from {src}")
         with nogil:
             err = _poll(&req, 1, &st, timeout)
         if err == PS_TIMEOUT:
             MPI_Cancel(&req)
             MPI_Wait(&req, MPI_STATUS_IGNORE)
-        _check(err, f"waiting for rank {src}" if src != MPI_ANY_SOURCE else "waiting for any rank")
+        _check(err, f"waiting for rank {src}")
         return st.MPI_SOURCE
 
     def recv_all(self, list bufs, list srcs, int tag):

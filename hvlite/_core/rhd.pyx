@@ -6,7 +6,13 @@ Cost (N ranks, n bytes, p = largest power of two <= N):
 Non-powers of two fold in first: of the first 2(N-p) ranks, each even rank hands its whole buffer
 to the odd rank above it and sits out; the p remaining ranks run the power-of-two algorithm; the
 odd ranks hand the result back at the end. The vector is cut into p blocks; halving keeps the
-lower half when the current bit of the (new) rank is 0, so new rank k ends owning block k.
+lower half when the current bit of the (new) rank is 0.
+
+Steps go from the nearest partner out (bit 0 first; the allgather undoes them in reverse): with
+ranks placed host by host, neighbours share a host, so the exchanges of half and of the whole
+vector stay within it and only the small far ones cross the network (per host n/2 across rather
+than n for 2 ranks per host). New rank k ends owning block bitreverse(k); each block is reduced
+on one rank and copied everywhere, so every rank still gets the same bits.
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
@@ -18,47 +24,50 @@ cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm
     cdef int n = comm_size(comm), err = 0
     cdef size_t es = dtype_size(dtype)
     cdef int p = pow2_floor(n), newrank, mask, partner
-    cdef size_t lo, hi, mid, klo, khi, slo, shi, a, b
+    cdef size_t lo, sz, klo, khi, slo, a, b
     if n == 1:
         return 0
     err = fold_in(buf, count, dtype, op, comm, s, &newrank)
     if err:
         return err
     if newrank >= 0:
-        # Reduce-scatter by recursive halving over block indices [lo, hi).
+        # Reduce-scatter by recursive halving over block indices [lo, lo + sz), nearest partner
+        # first: the step at distance 1 moves half the vector, the one at p/2 a 1/p share.
         lo = 0
-        hi = p
-        mask = p >> 1
-        while mask > 0:
-            partner = unfolded_rank(newrank ^ mask, n)
-            mid = lo + (hi - lo) // 2
-            if newrank & mask:
-                klo, khi, slo, shi = mid, hi, lo, mid
-            else:
-                klo, khi, slo, shi = lo, mid, mid, hi
-            a = block_start(count, p, slo)
-            b = block_start(count, p, shi)
-            err = sendrecv_reduce(buf + a * es, b - a, partner,
-                                  buf + block_start(count, p, klo) * es,
-                                  block_start(count, p, khi) - block_start(count, p, klo), partner,
-                                  dtype, op, comm, s)
-            if err:
-                return err
-            lo, hi = klo, khi
-            mask >>= 1
-        # Allgather by recursive doubling: exchange aligned runs of `mask` blocks.
+        sz = p
         mask = 1
         while mask < p:
             partner = unfolded_rank(newrank ^ mask, n)
-            klo = <size_t>(newrank & ~(mask - 1))
-            slo = klo ^ <size_t>mask
-            a = block_start(count, p, klo)
-            b = block_start(count, p, klo + mask)
-            lo = block_start(count, p, slo)
-            hi = block_start(count, p, slo + mask)
-            err = sendrecv(buf + a * es, (b - a) * es, partner, buf + lo * es, (hi - lo) * es,
+            sz >>= 1
+            if newrank & mask:
+                klo, slo = lo + sz, lo
+            else:
+                klo, slo = lo, lo + sz
+            a = block_start(count, p, slo)
+            b = block_start(count, p, slo + sz)
+            err = sendrecv_reduce(buf + a * es, b - a, partner,
+                                  buf + block_start(count, p, klo) * es,
+                                  block_start(count, p, klo + sz) - block_start(count, p, klo),
+                                  partner, dtype, op, comm, s)
+            if err:
+                return err
+            lo = klo
+            mask <<= 1
+        # Allgather by recursive doubling, the same steps backwards: the partner of each step
+        # holds the sibling run of `sz` blocks; the last, largest exchange is at distance 1.
+        mask = p >> 1
+        while mask > 0:
+            partner = unfolded_rank(newrank ^ mask, n)
+            slo = lo ^ sz
+            a = block_start(count, p, lo)
+            b = block_start(count, p, lo + sz)
+            klo = block_start(count, p, slo)
+            khi = block_start(count, p, slo + sz)
+            err = sendrecv(buf + a * es, (b - a) * es, partner, buf + klo * es, (khi - klo) * es,
                            partner, comm)
             if err:
                 return err
-            mask <<= 1
+            lo = lo if lo < slo else slo
+            sz <<= 1
+            mask >>= 1
     return fold_out(buf, count * es, comm)

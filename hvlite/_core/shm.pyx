@@ -16,7 +16,9 @@ loop copy segment k + 1 in while segment k is being reduced, with one barrier pe
 Cost (L ranks, n bytes, m bytes per segment): ceil(n/m) + 1 barriers of ~L flag reads each, plus
 per rank a copy in (n), a reduction reading n (sliced) or L·n (redundant), and a copy out (n).
 The segment is POSIX shared memory, unlinked as soon as every rank has mapped it: nothing is left
-in /dev/shm even when a rank is killed.
+in /dev/shm even when a rank is killed. Its name carries the host name and random bits besides
+the pid (hosts with PID namespaces of their own may share one /dev/shm), and only the rank whose
+exclusive create succeeded ever unlinks it: a failed create never removes another job's segment.
 """
 import os
 from libc.errno cimport errno
@@ -44,6 +46,17 @@ cdef enum:
     YIELDS = 4096            # then yields before sleeping (oversubscribed runs)
 
 _names = [0]
+
+
+def segment_name(int pid):
+    """`/hvlite-<pid>-<n>-<host>-<random>`: the pid and a counter say which process made it (the
+    launcher's cleanup and the tests look for `hvlite-<pid>-`); the host name and 64 random bits
+    keep two hosts, or two PID namespaces, that share /dev/shm from choosing the same name."""
+    import secrets
+    import socket
+    _names[0] += 1
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname())[:64]
+    return f"/hvlite-{pid}-{_names[0]}-{host or 'host'}-{secrets.token_hex(8)}".encode()
 
 
 cdef inline size_t _ctrl_bytes(int L) noexcept nogil:
@@ -359,6 +372,7 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
     cdef int L = local.Get_size(), me = local.Get_rank(), fd = -1
     cdef size_t seg = (seg_bytes + LINE - 1) // LINE * LINE, total = 0
     cdef void* base = MAP_FAILED
+    cdef bint created = False
     memset(a, 0, sizeof(ShmArea))
     a.L, a.me, a.redundant_max = L, me, redundant_max
     why = ""
@@ -375,11 +389,11 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
         return 0
     name = b""
     if me == 0:
-        _names[0] += 1
-        name = f"/hvlite-{os.getpid()}-{_names[0]}".encode()
+        name = segment_name(os.getpid())
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0o600)
         if fd < 0:
             why = f"shm_open({name.decode()}): {os.strerror(errno)}"
+        created = fd >= 0
         while fd >= 0:
             total = _ctrl_bytes(L) + (2 * <size_t>L + 2) * seg
             # Reserve the pages now: a short /dev/shm fails here, not with SIGBUS mid-collective.
@@ -389,6 +403,7 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
                 why = f"/dev/shm has no room for {total} bytes"
                 close(fd)
                 shm_unlink(name)
+                created = False
                 fd = -1
                 break
             seg //= 2
@@ -403,7 +418,7 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
         if base == MAP_FAILED:
             why = f"mapping {name.decode()}: {os.strerror(errno)}"
     failed = local.allgather(why)
-    if me == 0 and name:
+    if created:
         shm_unlink(name)     # every rank has it mapped (or gave up): the name is no longer needed
     why = next((w for w in failed if w), "")
     if why:

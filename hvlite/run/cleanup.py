@@ -5,8 +5,8 @@
   started, that outlived mpiexec) is given a moment to go, then killed.
 * /dev/shm: MPICH's ch4 shared-memory slab (`mpich_shm_<world id>_<node>`, and
   `mpich_vci_<world id>_<node>`) is unlinked by MPI_Finalize, so a rank killed mid-job leaves it
-  behind; UCX's `ucx_shm_posix_*` and hvlite's own `hvlite-<pid>-<n>` segments are unlinked as
-  soon as they are mapped. A file is removed only if it is new since the listing taken before the
+  behind; UCX's `ucx_shm_posix_*` and hvlite's own `hvlite-<pid>-<n>-<host>-<random>` segments
+  are unlinked as soon as they are mapped. A file is removed only if it is new since the listing taken before the
   launch, is a regular file of this user, has one of those prefixes, and no live process maps it
   or holds it open (/proc/*/maps, /proc/*/fd).
 """

@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 from hvlite.config import ALGORITHMS
-from hvlite.run import cleanup, summary
+from hvlite.run import cleanup, emulated, summary
 from hvlite.run.rank import STATUS_DIR_ENV
 
 RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -239,21 +239,35 @@ def main(argv=None):
             return check_build()
         mpiexec = find_mpiexec(args.mpiexec)
         flavor = mpi_flavor(mpiexec)
+        launch_extra, emulated_env = _emulated(args, flavor)
         status_dir = _status_dir(args) if args.supervise else None
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 2
-    job_env = {cleanup.JOB_ENV: secrets.token_hex(8)}
+    job_env = {cleanup.JOB_ENV: secrets.token_hex(8), **emulated_env}
     wrapper = ()
     if status_dir:
         job_env[STATUS_DIR_ENV] = status_dir
         wrapper = (sys.executable, RANK_WRAPPER)
     try:
-        return _launch(args, build_command(args, mpiexec, flavor, job_env, wrapper), job_env,
-                       status_dir)
+        cmd = build_command(args, mpiexec, flavor, job_env, wrapper)
+        cmd[1:1] = launch_extra
+        return _launch(args, cmd, job_env, status_dir)
     finally:
         if status_dir:
             shutil.rmtree(status_dir, ignore_errors=True)
+
+
+def _emulated(args, flavor):
+    """The launch path of scripts/cluster.sh's emulated hosts when the job's hosts are those
+    (hvlite/run/emulated.py): ([mpiexec arguments], {environment}); nothing for real hosts."""
+    hosts = parse_hosts(args.hosts) if args.hosts else (
+        read_hostfile(args.hostfile) if args.hostfile else None)
+    try:
+        found = emulated.launch_settings([h for h, _ in hosts or ()], flavor)
+    except ValueError as e:
+        raise LaunchError(f"hvliterun: {e}") from None
+    return found or ([], {})
 
 
 def _status_dir(args):

@@ -16,10 +16,13 @@ ENABLED = os.environ.get("HVLITE_SHM", "1") != "0"
 
 def test_segment_is_mapped_and_already_unlinked():
     failures = []
-    names = [e for e in os.listdir("/dev/shm") if e.startswith("hvlite-")]
+    # this job's segments only (other jobs, other hosts may share /dev/shm), and mappings of
+    # /dev/shm only (an install path may contain "hvlite-" too)
+    pids = MPI.COMM_WORLD.allgather(os.getpid())
+    names = [e for e in os.listdir("/dev/shm") if any(e.startswith(f"hvlite-{p}-") for p in pids)]
     if names:
         failures.append(f"rank {RANK}: left in /dev/shm: {names}")
-    maps = [line for line in open("/proc/self/maps") if "/hvlite-" in line]
+    maps = [line for line in open("/proc/self/maps") if "/dev/shm/hvlite-" in line]
     if ENABLED and hvd.local_size() > 1:
         if not INFO["available"]:
             failures.append(f"rank {RANK}: no segment: {INFO['why']}")

@@ -77,6 +77,25 @@ def test_shm_segment_does_not_outlive_a_killed_rank(mpirun, tmp_path):
     assert not left, f"left in /dev/shm after a killed rank: {left}"
 
 
+def test_shm_segment_names():
+    """Unique per call and per host (host names sharing /dev/shm), still led by the pid that
+    the launcher's clean-up and the tests look for, and a valid single-component name."""
+    import os
+    from hvlite._core import shm
+    a, b = shm.segment_name(123).decode(), shm.segment_name(123).decode()
+    assert a != b and a.startswith("/hvlite-123-") and b.startswith("/hvlite-123-")
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in os.uname().nodename)[:64]
+    assert f"-{host}-" in a and "/" not in a[1:] and len(a) < 255
+    assert a.split("-")[-1] != b.split("-")[-1]          # the random part
+
+
+def test_shm_failed_create_unlinks_nothing(mpirun):
+    """A leader whose exclusive create fails (the name is another host's live segment) gets no
+    shm path and leaves that segment alone."""
+    out = mpirun(2, "tests/_core/mpi_shm_names.py", pytest_module=False, timeout=60)
+    assert out.count(": ok") == 2, out
+
+
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_minmax_nan_and_signed_zeros(mpirun, n):
     """Min/Max of floats with NaN, infinities and signed zeros spread over the ranks: the
