@@ -6,6 +6,7 @@ import pytest
 SCRIPTS = [
     (["scripts/bench_allreduce.py", "--sizes", "4K,1M", "--budget", "0.05",
       "--algorithms", "mpi,ring,shm"], "auto ran"),
+    (["scripts/bench_small.py", "--sizes", "4K", "--calls", "5", "--reps", "2"], "MPI_Barrier"),
     (["scripts/bench_fusion.py", "--steps", "2"], "hvlite-fused-inplace"),
     (["scripts/bench_torch.py", "--reps", "3"], "torch / NumPy"),
     (["scripts/bench_training.py", "--steps", "2"], "efficiency"),
