@@ -146,10 +146,9 @@ class State:
             print(f"hvlite.elastic: launch {k} ({info['cause'] or 'cause unknown'}): {what} on "
                   f"{rt.size} ranks in {info['seconds']:.2f} s", file=sys.stderr, flush=True)
         tl = rt.timeline
-        if tl is not None and tl.active:
-            name = f"elastic.sync: {what}" + (f" (launch {k}: {info['cause']})" if k else "")
-            tl.writer.span(name, t0, t1, row="elastic", args=json.dumps(
-                {k2: v for k2, v in info.items() if k2 != "seconds"}))
+        if tl is not None and tl.active:        # the cause goes in args: names are kept short
+            tl.writer.span(f"elastic.sync (launch {k or 0})", t0, t1, row="elastic",
+                           args=json.dumps({k2: v for k2, v in info.items() if k2 != "seconds"}))
 
     def register_reset_callbacks(self, callbacks):
         """Functions called after the job was relaunched (on a failure or new hosts) and the

@@ -50,6 +50,44 @@ def test_states_under_mpiexec(mpirun, tmp_path):
            timeout=120)
 
 
+def test_torch_state_round_trip_in_process():
+    """TorchState's own part: the snapshot (copies), restore(), and a pickled commit loaded
+    into a new model and optimizer, as sync() does (under mpiexec: the elastic_long test)."""
+    torch = pytest.importorskip("torch")
+    import pickle
+
+    import hvlite.torch as hvd
+
+    def setup(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(3, 2)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(model, opt):
+        opt.zero_grad()
+        model(torch.ones(4, 3)).sum().backward()
+        opt.step()
+
+    model, opt = setup(1)
+    step(model, opt)
+    state = hvd.elastic.TorchState(model, opt, epoch=3)
+    state.save()
+    want = [p.detach().clone() for p in model.parameters()]
+    step(model, opt)
+    state.epoch = 4
+    state.restore()
+    assert all(torch.equal(p, w) for p, w in zip(model.parameters(), want)) and state.epoch == 3
+    model2, opt2 = setup(2)
+    state2 = hvd.elastic.TorchState(model2, opt2, epoch=0)
+    state2._apply(pickle.loads(pickle.dumps(state._saved, protocol=5)))
+    assert all(torch.equal(p, w) for p, w in zip(model2.parameters(), want)) and state2.epoch == 3
+    assert all(torch.equal(opt2.state[p2]["momentum_buffer"], opt.state[p]["momentum_buffer"])
+               for p, p2 in zip(model.parameters(), model2.parameters()))
+    with pytest.raises(TypeError, match="model"):
+        hvd.elastic.TorchState(model, opt, model=1)
+
+
+@pytest.mark.elastic_long
 def test_torch_state_under_mpiexec(mpirun, tmp_path):
     pytest.importorskip("torch")
     mpirun(2, "tests/elastic/mpi_elastic_torch.py", env={"HVLITE_TEST_ELASTIC_BASE": str(tmp_path)},
