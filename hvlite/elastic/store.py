@@ -92,11 +92,12 @@ class Store:
                 self._remove(held)
 
     def _remove(self, commit_id):
+        """No fsync of its own: an old commit that reappears after a crash is still a commit,
+        and sync() fsyncs the directory (the generation file) after pruning abandoned ones."""
         try:
             os.unlink(self.commit_path(commit_id))
         except OSError:
             pass
-        _fsync_dir(self.path)
 
     def generation(self):
         """The launch this directory last took part in (None: never)."""
