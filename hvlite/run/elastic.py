@@ -71,31 +71,37 @@ def add_arguments(p):
     g.add_argument("--host-discovery-script",
                    help="a command printing the available hosts, one 'host:slots' per line; run "
                         "before each launch and every --discovery-interval s")
-    g.add_argument("--discovery-interval", type=float, default=1.0,
+    g.add_argument("--discovery-interval", type=float,
                    help="seconds between discovery runs (default 1)")
-    g.add_argument("--max-restarts", type=_count("--max-restarts", 0), default=3,
+    g.add_argument("--max-restarts", type=_count("--max-restarts", 0),
                    help="failures to restart from before giving up (default 3; relaunches for "
                         "new hosts do not count)")
     g.add_argument("--elastic-dir",
                    help="where the ranks commit (HVLITE_ELASTIC_DIR; default: a directory made "
                         "for the job, removed when it succeeds); kept, so a later job with the "
                         "same directory resumes from its last commit")
-    g.add_argument("--elastic-timeout", type=float, default=60.0,
+    g.add_argument("--elastic-timeout", type=float,
                    help="seconds to wait for --min-np slots from discovery before giving up "
                         "(default 60)")
 
 
 _ELASTIC_ONLY = (("min_np", "--min-np"), ("max_np", "--max-np"),
                  ("host_discovery_script", "--host-discovery-script"),
-                 ("elastic_dir", "--elastic-dir"))
+                 ("discovery_interval", "--discovery-interval"),
+                 ("max_restarts", "--max-restarts"), ("elastic_dir", "--elastic-dir"),
+                 ("elastic_timeout", "--elastic-timeout"))
+DEFAULTS = {"discovery_interval": 1.0, "max_restarts": 3, "elastic_timeout": 60.0}
 
 
 def check_args(args):
-    """A message for an elastic command line that cannot work, or None; fills in --min-np and
-    --max-np from -np."""
+    """A message for an elastic command line that cannot work, or None; fills in the defaults,
+    --min-np and --max-np from -np."""
     if not args.elastic:
         given = [flag for name, flag in _ELASTIC_ONLY if getattr(args, name) is not None]
         return f"hvliterun: {', '.join(given)} only apply with --elastic" if given else None
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.host_discovery_script and (args.hosts or args.hostfile):
         return "hvliterun: give -H/--hostfile or --host-discovery-script, not both"
     if args.servers:

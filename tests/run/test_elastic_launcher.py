@@ -238,6 +238,7 @@ def test_a_kept_elastic_dir_resumes_in_a_new_job(tmp_path):
 
 @pytest.mark.parametrize("argv,fragment", [
     (["--min-np", "2", "-np", "2", "python"], "--min-np only apply with --elastic"),
+    (["--max-restarts", "0", "-np", "2", "python"], "--max-restarts only apply with --elastic"),
     (["--elastic", "python"], "needs --max-np"),
     (["--elastic", "--min-np", "3", "--max-np", "2", "python"], "more than --max-np"),
     (["--elastic", "--min-np", "2", "-np", "5", "--max-np", "4", "python"], "outside --min-np"),
