@@ -122,21 +122,21 @@ def test_discovery_adds_a_slot_and_the_job_grows_from_2_to_3(tmp_path):
     hosts.write_text("localhost:2\n")
     stop = threading.Event()
 
-    def add_a_slot_after_step_100():
+    def add_a_slot_after_step_40():          # early: the job must not finish before it grows
         while not stop.wait(0.05):
             try:
                 seen = read_events(events)
             except (OSError, ValueError):
                 continue
-            if any(e["event"] == "step" and e["step"] >= 100 for e in seen):
+            if any(e["event"] == "step" and e["step"] >= 40 for e in seen):
                 hosts.write_text("localhost:3\n")
                 return
-    watcher = threading.Thread(target=add_a_slot_after_step_100, daemon=True)
+    watcher = threading.Thread(target=add_a_slot_after_step_40, daemon=True)
     watcher.start()
     try:
         rc, out, err, took = launch(["--elastic", "--min-np", "2", "--max-np", "3",
                                      "--host-discovery-script", f"cat {hosts}",
-                                     "--discovery-interval", "0.5", *DIGITS,
+                                     "--discovery-interval", "0.25", *DIGITS,
                                      "--epochs", "20", "--events", str(events)])
     finally:
         stop.set()
@@ -148,7 +148,7 @@ def test_discovery_adds_a_slot_and_the_job_grows_from_2_to_3(tmp_path):
     applied, restores, done = check_history(read_events(events), total=20 * 22)
     assert [r["size"] for r in restores] == [2, 3], restores
     assert restores[1]["cause"] == "hosts added (the job had 2 rank(s))", restores[1]
-    assert restores[1]["step"] > 100 and done["accuracy"] >= 0.95, (restores, done)
+    assert restores[1]["step"] > 40 and done["accuracy"] >= 0.95, (restores, done)
     assert "ranks 3, elastic, launch 1" in out, shown
 
 
@@ -195,7 +195,7 @@ def test_a_host_gone_from_discovery_restarts_the_job_smaller(tmp_path):
     def drop_a_slot():
         while not stop.wait(0.05):
             try:
-                if any(e["event"] == "step" and e["step"] >= 100 for e in read_events(events)):
+                if any(e["event"] == "step" and e["step"] >= 40 for e in read_events(events)):
                     hosts.write_text("localhost:2\n")
                     return
             except (OSError, ValueError):
@@ -205,7 +205,7 @@ def test_a_host_gone_from_discovery_restarts_the_job_smaller(tmp_path):
     try:
         rc, out, err, took = launch(["--elastic", "--min-np", "2", "--max-np", "3",
                                      "--host-discovery-script", f"cat {hosts}",
-                                     "--discovery-interval", "0.5", *DIGITS,
+                                     "--discovery-interval", "0.25", *DIGITS,
                                      "--events", str(events)])
     finally:
         stop.set()
