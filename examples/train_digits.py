@@ -4,6 +4,8 @@
     hvliterun -np 4 python examples/train_digits.py --op adasum [--lr-scale 1]
     hvliterun -np 4 --servers 1 python examples/train_digits.py --mode ssp --staleness 2 \
         [--slow-rank 2 --slow-factor 3]
+    hvliterun --elastic --min-np 2 --max-np 3 python examples/train_digits.py --elastic \
+        [--commit-every 20] [--fail-at 200:1]
 
 --mode allreduce (the default) is synchronous data-parallel SGD; ps-sync, ps-async and ssp run
 the same model through hvlite.ps: the last --servers ranks hold the parameters, the others pull,
@@ -18,6 +20,14 @@ averaging gradients. Its learning rate is --lr times --lr-scale, by default 1, n
 batch is fixed, so each rank's share shrinks with N and the ranks' updates are nearly orthogonal,
 which Adasum already adds up (Horovod's guide suggests 2-2.5 for a fixed batch per rank; here that
 diverges at 4 ranks, see docs/horovod.md#adasum).
+
+--elastic trains under hvlite.elastic (run it with hvliterun --elastic): the parameters, the
+optimizer's state and the step count are a NumpyState, committed every --commit-every steps; a
+relaunched job (after a failure, or larger when hosts were added) resumes from the last commit.
+Batches are a function of the step alone, so a resumed job sees the ones it would have seen.
+--fail-at STEP:RANK[:raise] shows recovery: on the first launch, rank RANK kills itself with
+SIGKILL (or raises) at step STEP. --events F: what happened (restores, commits, every step), one
+JSON object a line, from rank 0 (and the failing rank).
 
 Each rank trains on its own shard of every global batch. In the backward pass each layer's
 gradient goes to DistributedOptimizer.grad_ready the moment it is computed, so its all-reduce
@@ -116,6 +126,12 @@ def main(argv=None):
                    help="simulated compute per step (a sleep before the forward pass)")
     p.add_argument("--eval-every", type=int, default=0, help="rank 0 records test accuracy every K steps")
     p.add_argument("--json", default=None, help="rank 0 writes a summary (and the curve) here")
+    p.add_argument("--elastic", action="store_true",
+                   help="train under hvlite.elastic (launch with hvliterun --elastic)")
+    p.add_argument("--commit-every", type=int, default=20, help="--elastic: steps per commit")
+    p.add_argument("--fail-at", default=None, metavar="STEP:RANK[:raise]",
+                   help="--elastic: on the first launch, rank RANK fails at step STEP")
+    p.add_argument("--events", default=None, help="--elastic: a JSON-lines log of what happened")
     args = p.parse_args(argv)
     if args.straggler is None:
         args.straggler = "persistent" if args.slow_rank >= 0 else "none"
@@ -125,6 +141,10 @@ def main(argv=None):
         p.error("need 0 <= --straggle-prob <= 1, --compute-ms >= 0 and --slow-factor >= 1")
     if args.mode != "allreduce":
         return main_ps(args)
+    if args.elastic:
+        return main_elastic(args)
+    if args.fail_at or args.events:
+        p.error("--fail-at and --events go with --elastic")
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -175,14 +195,95 @@ def main(argv=None):
     if args.timeline:
         hvd.stop_timeline()
     acc = model.accuracy(xte, yte)
-    digest = hashlib.sha1(b"".join(model.params[n].tobytes() for n in sorted(model.params))).hexdigest()
-    same = len(set(hvd.allgather_object(digest))) == 1
+    same = len(set(hvd.allgather_object(digest(model.params)))) == 1
     elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
     lags = hvd.allgather_object(lag.record())
     if rank == 0:
         print(f"ranks {size}, op {args.op}, lr {target_lr:g}, {step} steps in {elapsed:.1f} s; "
               f"test accuracy {acc:.1%}; parameters identical on every rank: {same}", flush=True)
         write_summary(args, size, size, elapsed, step * args.batch, acc, curve, None, lags)
+    hvd.shutdown()
+    return acc
+
+
+def digest(params):
+    return hashlib.sha1(b"".join(params[n].tobytes() for n in sorted(params))).hexdigest()
+
+
+class Events:
+    """--events: one JSON object a line, appended and flushed at once (a killed rank's last
+    line is on disk); a no-op without a file."""
+
+    def __init__(self, path, on):
+        self.f = open(path, "a") if path and on else None
+
+    def __call__(self, event, **fields):
+        if self.f is not None:
+            self.f.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+            self.f.flush()
+
+
+def main_elastic(args):
+    """The allreduce mode under hvlite.elastic: state.step counts the updates applied, and
+    everything else (epoch, batch, learning rate) is computed from it, so a job resumed from a
+    commit applies each step exactly once."""
+    import signal
+    hvd.init()
+    (xtr, ytr), (xte, yte) = load_data()
+    model = MLP(seed=args.seed)
+    base = SGD(args.lr, momentum=0.9 if args.momentum is None else args.momentum) \
+        if args.optimizer == "sgd" else Adam(args.lr / 50)
+    state = hvd.elastic.NumpyState(model.params, base, step=0)
+    steps_per_epoch = len(xtr) // args.batch
+    total = args.epochs * steps_per_epoch
+    fail_step, fail_rank, fail_how = (args.fail_at.split(":") + ["kill"])[:3] if args.fail_at \
+        else (-1, -1, None)
+    fail_step, fail_rank = int(fail_step), int(fail_rank)
+    launch = hvd.elastic.restarts() or 0
+
+    @hvd.elastic.run
+    def train(state):
+        rank, size = hvd.rank(), hvd.size()
+        log = Events(args.events, rank == 0)
+        scale = args.lr_scale if args.lr_scale is not None else (size if args.op == "average" else 1)
+        target_lr = scaled_lr(args.lr, scale)
+        opt = DistributedOptimizer(base, model.params,
+                                   op=hvd.Adasum if args.op == "adasum" else hvd.Average)
+        per_rank = args.batch // size
+        log("restore", launch=launch, size=size, step=state.step, commit=state.commit_id,
+            digest=digest(model.params), cause=os.environ.get("HVLITE_ELASTIC_CAUSE") or None)
+        while state.step < total:
+            epoch, s = divmod(state.step, steps_per_epoch)
+            order = np.random.default_rng([args.seed, epoch]).permutation(len(xtr))
+            idx = order[s * args.batch:(s + 1) * args.batch][rank * per_rank:(rank + 1) * per_rank]
+            if state.step == fail_step and rank == fail_rank and launch == 0:
+                Events(args.events, True)("fail", launch=launch, rank=rank, step=state.step,
+                                          how=fail_how)
+                if fail_how == "raise":
+                    raise RuntimeError(f"rank {rank} fails on purpose at step {state.step} (--fail-at)")
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.lr = warmup_lr(state.step, target_lr / scale, target_lr, args.warmup_steps) \
+                if args.optimizer == "sgd" else target_lr / 50
+            model.loss_and_backward(xtr[idx], ytr[idx], opt.grad_ready)
+            opt.step()
+            log("step", launch=launch, step=state.step)
+            state.step += 1
+            if state.step % args.commit_every == 0 or state.step == total:
+                state.commit()
+                log("commit", launch=launch, step=state.step, commit=state.commit_id,
+                    digest=digest(model.params))
+
+    t0 = time.perf_counter()
+    train(state)
+    rank, size = hvd.rank(), hvd.size()
+    acc = model.accuracy(xte, yte)
+    same = len(set(hvd.allgather_object(digest(model.params)))) == 1
+    elapsed = max(hvd.allgather_object(time.perf_counter() - t0))
+    if rank == 0:
+        Events(args.events, True)("done", launch=launch, size=size, step=state.step, accuracy=acc)
+        print(f"ranks {size}, elastic, launch {launch}, {state.step} steps ({total} in all) in "
+              f"{elapsed:.1f} s this launch; test accuracy {acc:.1%}; parameters identical on "
+              f"every rank: {same}", flush=True)
     hvd.shutdown()
     return acc
 

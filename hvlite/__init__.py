@@ -11,9 +11,9 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
                                 broadcast_object, broadcast_object_async, grouped_allreduce,
                                 grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
-from hvlite.errors import (ConfigError, DtypeError, HvliteError, InvalidArgumentError,
-                           LostRankError, MismatchError, MPIError, NotInitializedError,
-                           ShutdownError, StallError)
+from hvlite.errors import (ConfigError, DtypeError, HostsUpdatedInterrupt, HvliteError,
+                           InvalidArgumentError, LostRankError, MismatchError, MPIError,
+                           NotInitializedError, ShutdownError, StallError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
 from hvlite.runtime import (add_process_set, current as _current, is_initialized,
@@ -22,6 +22,7 @@ from hvlite import runtime as _runtime
 from hvlite import timeline
 from hvlite.compression import Compression
 from hvlite.timeline import start_timeline, stop_timeline
+from hvlite import elastic
 
 from hvlite.config import VERSION as __version__
 
@@ -86,4 +87,5 @@ __all__ = [
     "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError",
+    "HostsUpdatedInterrupt", "elastic",
 ]

@@ -378,6 +378,16 @@ OTHER_VARIABLES = (
     ("HVLITE_RUN_JOB", "`hvliterun` (sets it on every rank)",
      "A token unique to the job: after a failed job, hvliterun ends the processes of this user "
      "that still carry it."),
+    ("HVLITE_ELASTIC_DIR", "`hvlite.elastic`; `hvliterun --elastic` sets it on every rank",
+     "Where `State.commit()` writes each rank's commits (`rank-<r>/` below it); unset: commits "
+     "stay in memory. `hvliterun --elastic` passes `--elastic-dir`, else a directory it makes "
+     "for the job ([elastic training](elastic.md))."),
+    ("HVLITE_ELASTIC_RESTART", "`hvlite.elastic` (set by `hvliterun --elastic`)",
+     "How many launches of the job came before this one: 0 on the first. Its presence tells "
+     "`hvlite.elastic.run` that a launcher will relaunch the job."),
+    ("HVLITE_ELASTIC_CAUSE", "`hvlite.elastic` (set by `hvliterun --elastic`)",
+     "Why this launch was started (the failure it restarts after, or new hosts): printed by rank"
+     " 0 and marked on the timeline after the state is restored."),
     ("HVLITE_SANITIZE", "`setup.py`",
      "`1`: build the core with AddressSanitizer and UBSan (`make test-asan` sets it)."),
 )

@@ -58,3 +58,14 @@ class MPIError(HvliteError, RuntimeError):
 class PSError(HvliteError, RuntimeError):
     """A parameter-server peer failed (a worker raised, a server died) or stopped answering.
     Raised on every rank of the job, naming the rank that failed first."""
+
+
+class HostsUpdatedInterrupt(HvliteError, RuntimeError):
+    """hvliterun --elastic found more slots (host discovery): raised by `State.commit()` on
+    every rank at once, after the commit is durable, so the job can stop there and be relaunched
+    larger. Horovod's name; `skip_sync` is kept for its signature (a relaunch always syncs)."""
+
+    def __init__(self, skip_sync=False, message=None):
+        super().__init__(message or "hosts were added; the job stops at this commit and is "
+                                    "relaunched on more ranks")
+        self.skip_sync = skip_sync

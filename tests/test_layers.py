@@ -18,7 +18,7 @@ LAYERS = [
     ("device path", ["hvlite.gpu"]),
     ("front door", ["hvlite.collectives"]),
     ("libraries", ["hvlite.optim", "hvlite.compression", "hvlite.ps", "hvlite.timeline",
-                   "hvlite.torch", "hvlite.run", "hvlite"]),
+                   "hvlite.torch", "hvlite.run", "hvlite.elastic", "hvlite"]),
 ]
 
 _CYTHON_IMPORT = re.compile(r"^\s*(?:from\s+(hvlite[\w.]*)\s+c?import\s+([\w, ()*]+)"

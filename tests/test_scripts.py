@@ -11,6 +11,8 @@ SCRIPTS = [
     (["scripts/bench_torch.py", "--reps", "3"], "torch / NumPy"),
     (["scripts/bench_training.py", "--steps", "2"], "efficiency"),
     (["scripts/bench_mpi_reference.py", "--sizes", "4K", "--budget", "0.05"], "4 KiB"),
+    (["scripts/bench_elastic.py", "commit", "--model", "digits", "--steps", "2", "--commits", "2"],
+     "commit/step"),
 ]
 
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 from hvlite.config import ALGORITHMS
-from hvlite.run import cleanup, emulated, summary
+from hvlite.run import cleanup, elastic, emulated, summary
 from hvlite.run.rank import STATUS_DIR_ENV
 
 RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -68,6 +68,7 @@ def parser():
                                         "directory every host sees)")
     p.add_argument("--check-build", action="store_true",
                    help="print hvlite's and MPI's versions, thread level, algorithms, and exit")
+    elastic.add_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
     return p
 
@@ -76,7 +77,10 @@ def parse_args(argv):
     args = parser().parse_args(argv)
     if args.check_build:
         return args
-    if args.np is None:
+    problem = elastic.check_args(args)
+    if problem:
+        raise LaunchError(problem)
+    if args.np is None and not args.elastic:
         raise LaunchError("hvliterun: -np N is required (the number of ranks)")
     if not args.command:
         raise LaunchError("hvliterun: no command given; e.g. hvliterun -np 2 python train.py")
@@ -239,6 +243,10 @@ def main(argv=None):
             return check_build()
         mpiexec = find_mpiexec(args.mpiexec)
         flavor = mpi_flavor(mpiexec)
+        if args.elastic:            # relaunches on failure: hvlite/run/elastic.py
+            hosts = parse_hosts(args.hosts) if args.hosts else (
+                read_hostfile(args.hostfile) if args.hostfile else None)
+            return elastic.main(args, mpiexec, flavor, build_command, settings_env(args), hosts)
         launch_extra, emulated_env = _emulated(args, flavor)
         status_dir = _status_dir(args) if args.supervise else None
     except LaunchError as e:

@@ -7,6 +7,7 @@ from hvlite import (Average, Max, Min, Product, Sum, cross_rank, cross_size,  # 
 from hvlite.errors import HvliteError as HorovodInternalError  # noqa: F401
 from hvlite.torch._bridge import Adasum  # noqa: F401
 from hvlite.torch.compression import Compression  # noqa: F401
+from hvlite.torch import elastic  # noqa: F401
 from hvlite.torch.functions import (allgather_object, broadcast_object,  # noqa: F401
                                     broadcast_optimizer_state, broadcast_parameters)
 from hvlite.torch.mpi_ops import (allgather, allgather_async, allreduce, allreduce_,  # noqa: F401
