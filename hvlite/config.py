@@ -78,8 +78,8 @@ class Settings:
         16 << 10, "HVLITE_PIGGYBACK_BYTES",
         "Room in every negotiation round's message for small cached all-reduces left to auto: "
         "one ready on every rank comes back reduced with the agreement, in one exchange instead "
-        "of two. Capped at what one message latency moves (alpha/beta of the cost model); 0 "
-        "turns it off.", unit="bytes")
+        "of two. Across nodes capped at what one message latency moves (alpha/beta of the cost "
+        "model); 0 turns it off.", unit="bytes")
     cache_capacity: int = _setting(
         1024, "HVLITE_CACHE_CAPACITY",
         "Response-cache slots: a name agreed before is agreed again with one bit; 0 turns the "

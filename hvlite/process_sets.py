@@ -85,13 +85,14 @@ AUTO_MARK = ".noname."
 
 
 def _ride_bytes(comm, s, model, nodes):
-    """Room for small all-reduces in the negotiation message: the setting, capped at what one
-    message latency moves on the slowest link the set uses, and the same on every rank (the
-    message's layout depends on it)."""
-    alpha, beta = ((model["alpha_inter"], model["beta_inter"]) if nodes > 1 else
-                   (model["alpha_intra"], model["beta_intra"]))
-    mine = min(s.piggyback_bytes, int(alpha / beta) if beta > 0 else 0) // 8 * 8
-    return min(comm.allgather(max(mine, 0)))
+    """Room for small all-reduces in the negotiation message: the setting, and across nodes no
+    more than one message latency moves on the network (alpha/beta of the cost model); within a
+    node copies are cheap next to a latency, and the figures measured there under load are
+    noise. The same on every rank (the message's layout depends on it)."""
+    mine = s.piggyback_bytes
+    if nodes > 1 and model["beta_inter"] > 0:
+        mine = min(mine, int(model["alpha_inter"] / model["beta_inter"]))
+    return min(comm.allgather(max(mine, 0) // 8 * 8))
 
 
 class SetState:

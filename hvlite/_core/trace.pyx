@@ -78,13 +78,15 @@ cdef void _meta(Recorder* r, string& out, int tid, const string& label) noexcept
 
 cdef void _x(Recorder* r, string& out, const char* name, int tid, double t0, double t1,
              const string& args) noexcept nogil:
-    cdef char buf[192]
+    cdef char buf[160]
     cdef double ts = (t0 - r.origin) * 1e6, dur = (t1 - t0) * 1e6
     if dur < 0:
         dur = 0
-    cdef int k = snprintf(buf, 192, '{"name":"%s","ph":"X","ts":%.3f,"dur":%.3f,"pid":%d,"tid":%d',
-                          name, ts, dur, r.pid, tid)
-    out.append(buf, k)
+    out.append(b'{"name":')
+    _json_str(out, string(name))        # any length, escaped: a user's span name is not trusted
+    cdef int k = snprintf(buf, 160, ',"ph":"X","ts":%.3f,"dur":%.3f,"pid":%d,"tid":%d',
+                          ts, dur, r.pid, tid)
+    out.append(buf, k if 0 <= k < 160 else 0)
     if not args.empty():
         out.append(b',"args":')
         out.append(args)

@@ -31,12 +31,17 @@ def test_trace_of_a_short_job():
                 h.synchronize()
         hvd.allgather(np.ones((RANK + 1, 2)), name=f"gather.{step}")
         hvd.broadcast(x, 0, name=f"bcast.{step}")
+    long_name = 'a "quoted" span\\ ' + "x" * 300          # longer than any formatting buffer
+    with hvd.timeline.span(long_name):
+        pass
     names = [f"grad.{i}" for i in range(6)] + ["grad.big"]
     hvd.stop_timeline()
     path = PATH if RANK == 0 else per_rank_path(PATH, RANK)
     with open(path) as f:
         events = json.load(f)                                # valid JSON after stop
     failures = []
+    if not any(e.get("name") == long_name and e.get("ph") == "X" for e in events):
+        failures.append("the long span name did not come back intact")
     threads = {e["tid"]: e["args"]["name"] for e in events
                if e.get("ph") == "M" and e["name"] == "thread_name"}
     rows = {v: k for k, v in threads.items()}
