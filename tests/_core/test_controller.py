@@ -199,9 +199,9 @@ def test_a_local_error_is_reported_with_its_rank():
 @pytest.mark.parametrize("n", RANKS)
 def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
     ctl = Controller(n, cache_capacity=2)
-    resp = respond(ctl, [sub(("a", meta()), ("g", meta("allgather", shape=(2, 3))))] * n)
+    resp = respond(ctl, [sub(("a", meta()), ("g", meta("alltoall", shape=(2, 3))))] * n)
     a, g = answer(resp, "a"), answer(resp, "g")
-    assert a["slot"] == 0 and g["slot"] == -1          # allgather is not cacheable
+    assert a["slot"] == 0 and g["slot"] == -1          # alltoall is not cacheable (its splits)
     assert ctl.cache_slots() == {"a": 0}
     # the next identical submission is a hit (the worker sends only its slot's bit) ...
     assert ctl.lookup("a", meta()) == 0
@@ -211,6 +211,14 @@ def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
     # sent to rank 0 again, the name moves to the free slot and leaves its old one
     resp = respond(ctl, [sub(("a", meta()))] * n)
     assert answer(resp, "a")["slot"] == 1 and ctl.cache_slots() == {"a": 1}
+
+
+def test_allgather_and_barrier_are_cached_alltoall_and_join_are_not():
+    ctl = Controller(2, cache_capacity=8)
+    resp = respond(ctl, [sub(("g", meta("allgather", shape=(2, 3))), ("b", meta("barrier")),
+                             ("t", meta("alltoall", shape=(2,))), ("j", meta("join")))] * 2)
+    slots = {k: answer(resp, k)["slot"] for k in "gbtj"}
+    assert slots["g"] >= 0 and slots["b"] >= 0 and slots["t"] == slots["j"] == -1, slots
 
 
 def test_a_full_cache_evicts_the_least_recently_used_slot():
