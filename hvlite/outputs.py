@@ -5,8 +5,10 @@ fresh arrays every step, and the kernel's page faults on fresh memory cost a thi
 step (docs/benchmarks.md). The pool keeps the last result of each name; the next call with the
 same name, shape and dtype reuses it only when nothing outside the pool refers to it any more
 (no variable, view, handle or pending request), so a result the caller still holds is never
-overwritten. Small arrays come from the heap without page faults and are not kept; the pool
-holds at most MAX_BYTES, least recently used first out.
+overwritten. Only names that come back are kept (a name's result is kept from its second call
+on: names used once, such as one per step, never hold memory here), and only the caller's own
+names (automatic names are recycled for other calls). Small arrays come from the heap without
+page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
 """
 import sys
 from collections import OrderedDict
@@ -15,18 +17,21 @@ import numpy as np
 
 MIN_BYTES = 64 << 10
 MAX_BYTES = 1 << 30
+MAX_NAMES = 4096        # names seen once, remembered to know when one comes back
 
 
 class OutputPool:
-    __slots__ = ("arrays", "nbytes")
+    __slots__ = ("arrays", "nbytes", "seen")
 
     def __init__(self):
         self.arrays = OrderedDict()
         self.nbytes = 0
+        self.seen = OrderedDict()
 
-    def take(self, name, like):
-        """An uninitialized array shaped and typed like `like`, for the result of `name`."""
-        if like.nbytes < MIN_BYTES:
+    def take(self, name, like, keep=True):
+        """An uninitialized array shaped and typed like `like`, for the result of `name`
+        (`keep`: False for a name that is not the caller's own)."""
+        if like.nbytes < MIN_BYTES or not keep:
             return np.empty_like(like)
         prev = self.arrays.pop(name, None)
         if prev is not None:
@@ -38,6 +43,11 @@ class OutputPool:
                 out = np.empty_like(like)
         else:
             out = np.empty_like(like)
+            if name not in self.seen:       # perhaps never again: remember the name only
+                self.seen[name] = None
+                if len(self.seen) > MAX_NAMES:
+                    self.seen.popitem(last=False)
+                return out
         self.arrays[name] = out
         self.nbytes += out.nbytes
         while self.nbytes > MAX_BYTES and len(self.arrays) > 1:
@@ -47,4 +57,5 @@ class OutputPool:
 
     def clear(self):
         self.arrays.clear()
+        self.seen.clear()
         self.nbytes = 0

@@ -232,7 +232,7 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
     def prepare(name):
         a = _contiguous(x)
         code, o, algo = _allreduce_check(rt, a, op, algorithm, False, name)
-        out = st.outputs.take(name, a)
+        out = st.outputs.take(name, a, keep=AUTO_MARK not in name)
         return Request(a, out, code, o, 0, algo, finish=lambda p: out)
     return submit_prepared(st, ALLREDUCE, name, prepare, x, sync=sync)
 

@@ -1,5 +1,6 @@
 """The pool of out-of-place results (hvlite/outputs.py): reused only when nobody else holds
-the previous result, never for small arrays, bounded in bytes."""
+the previous result, only for names that come back, never for small arrays or automatic names,
+bounded in bytes."""
 import weakref
 
 import numpy as np
@@ -12,6 +13,8 @@ BIG = np.zeros(1 << 15, np.float32)         # 128 KiB
 
 def test_a_result_nobody_holds_is_reused():
     pool = OutputPool()
+    pool.take("g", BIG)                 # a name's first call keeps nothing
+    assert not pool.arrays
     first = pool.take("g", BIG)
     ref = weakref.ref(first)
     del first
@@ -20,6 +23,8 @@ def test_a_result_nobody_holds_is_reused():
 
 def test_a_result_still_held_is_never_reused():
     pool = OutputPool()
+    pool.take("g", BIG)
+    pool.take("h", BIG)
     held = pool.take("g", BIG)
     held[:] = 7
     again = pool.take("g", BIG)
@@ -34,6 +39,7 @@ def test_a_result_still_held_is_never_reused():
 
 def test_other_shapes_and_dtypes_and_small_arrays_get_new_arrays():
     pool = OutputPool()
+    pool.take("g", BIG)
     a = pool.take("g", BIG)
     ref = weakref.ref(a)
     del a
@@ -44,11 +50,22 @@ def test_other_shapes_and_dtypes_and_small_arrays_get_new_arrays():
     ref = weakref.ref(s1)
     del s1
     assert "s" not in pool.arrays and ref() is None
+    for _ in range(3):
+        pool.take("auto", BIG, keep=False)
+    assert "auto" not in pool.arrays
+
+
+def test_names_used_once_hold_no_memory():
+    pool = OutputPool()
+    for step in range(100):
+        pool.take(f"grad.{step}", BIG)
+    assert pool.nbytes == 0 and not pool.arrays
 
 
 def test_the_pool_is_bounded(monkeypatch):
     monkeypatch.setattr(outputs, "MAX_BYTES", 3 * BIG.nbytes)
     pool = OutputPool()
     for i in range(10):
+        pool.take(f"n{i}", BIG)
         pool.take(f"n{i}", BIG)
     assert pool.nbytes <= 3 * BIG.nbytes and list(pool.arrays) == ["n7", "n8", "n9"]
