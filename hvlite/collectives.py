@@ -87,13 +87,20 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
     HVLITE_ALLREDUCE_ALGORITHM). process_set: a hvlite.ProcessSet this rank belongs to.
     compression: e.g. hvlite.compression.Compression.fp16 (see hvlite.compression).
     """
-    if compression is None and _gpu(x) is None:     # host: this thread runs the rounds itself
-        return host.allreduce_async(x, op, name, algorithm, process_set, sync=True)
+    if compression is None:
+        done = host.allreduce_now(x, op, name, algorithm, process_set, False)
+        if done is not None:
+            return done
+        if _gpu(x) is None:         # host: this thread runs the rounds itself
+            return host.allreduce_async(x, op, name, algorithm, process_set, sync=True)
     return allreduce_async(x, op, name, algorithm, process_set, compression).synchronize()
 
 
 def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Reduce the NumPy array `x` in place across the set's ranks and return it."""
+    done = host.allreduce_now(x, op, name, algorithm, process_set, True)
+    if done is not None:
+        return done
     if _gpu(x) is None:
         return host.allreduce_async_(x, op, name, algorithm, process_set, sync=True)
     return allreduce_async_(x, op, name, algorithm, process_set).synchronize()
@@ -167,12 +174,18 @@ def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast(x, root_rank, name=None, process_set=global_process_set):
+    done = host.broadcast_now(x, root_rank, name, process_set, False)
+    if done is not None:
+        return done
     if _gpu(x) is None:
         return host.broadcast_async(x, root_rank, name, process_set, sync=True)
     return broadcast_async(x, root_rank, name, process_set).synchronize()
 
 
 def broadcast_(x, root_rank, name=None, process_set=global_process_set):
+    done = host.broadcast_now(x, root_rank, name, process_set, True)
+    if done is not None:
+        return done
     if _gpu(x) is None:
         return host.broadcast_async_(x, root_rank, name, process_set, sync=True)
     return broadcast_async_(x, root_rank, name, process_set).synchronize()
@@ -217,7 +230,8 @@ join_async = host.join_async
 
 def barrier(process_set=global_process_set):
     """Wait until every rank of the set has called barrier()."""
-    host.barrier_async(process_set, sync=True)
+    if host.barrier_now(process_set) is None:
+        host.barrier_async(process_set, sync=True)
 
 
 def join():

@@ -79,7 +79,8 @@ class Settings:
         "Room in every negotiation round's message for small cached all-reduces left to auto: "
         "one ready on every rank comes back reduced with the agreement, in one exchange instead "
         "of two. Across nodes capped at what one message latency moves (alpha/beta of the cost "
-        "model); 0 turns it off.", unit="bytes")
+        "model); not used within one node that has the shared segment (a small shared-memory "
+        "all-reduce is cheaper there); 0 turns it off.", unit="bytes")
     cache_capacity: int = _setting(
         1024, "HVLITE_CACHE_CAPACITY",
         "Response-cache slots: a name agreed before is agreed again with one bit; 0 turns the "

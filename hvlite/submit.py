@@ -17,7 +17,7 @@ from hvlite._core.dtypes import code_of, supported_names
 from hvlite._core.cost_model import ALGORITHMS as CODES
 from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.work import Work
-from hvlite.ops import Adasum, Average, as_op
+from hvlite.ops import Adasum, Average, Max, Min, Product, Sum, as_op
 
 _exception, _DONE = _codes.exception, _codes.DONE
 
@@ -222,6 +222,83 @@ def _allreduce_check(rt, x, op, algorithm, inplace, name):
         raise InvalidArgumentError(f"allreduce_ {name!r}: the array is read-only; use "
                                    "hvlite.allreduce() for an out-of-place result")
     return code, o, algo
+
+
+_NOW_OPS = {op: int(op) for op in (Sum, Average, Min, Max, Product)}
+_NOW_DTYPES = {}        # NumPy dtype -> hvlite code, filled as dtypes are seen
+
+
+def allreduce_now(x, op, name, algorithm, process_set, inplace):
+    """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set with the
+    default algorithm, without the general path's conversions, closures and handle (they were
+    most of a small call's cost). Returns None when anything needs the general path, which then
+    checks, poisons and raises as usual: this one has nothing left that can be wrong locally."""
+    if type(x) is not np.ndarray or algorithm is not None or process_set is not global_process_set:
+        return None
+    o = _NOW_OPS.get(op)
+    code = _NOW_DTYPES.get(x.dtype)
+    if code is None:
+        code = code_of(x.dtype)
+        if code < 0:
+            return None
+        _NOW_DTYPES[x.dtype] = code
+    if o is None or (name is not None and type(name) is not str):
+        return None
+    flags = x.flags
+    if not flags.c_contiguous or (inplace and not flags.writeable):
+        return None
+    st = runtime.current().global_state
+    algo = st.default_algorithm
+    if algo is None:
+        try:
+            algo = st.default_algorithm = _algorithm_code(None, runtime.current())
+        except InvalidArgumentError:
+            return None
+    if not name:
+        name = st.auto_name("allreduce")
+    out = x if inplace else st.outputs.take(name, x, keep=AUTO_MARK not in name)
+    _now(st, name, ALLREDUCE, code, o, 0, algo, x, out)
+    return out
+
+
+def _now(st, name, kind, code, op, root, algo, x, out):
+    """Submit on the caller's thread, run it to completion, raise what went wrong."""
+    p = st.coordinator.submit(name, kind, code, op, root, algo, () if x is None else x.shape,
+                              x, out, None, None, True, AUTO_MARK in name)
+    if type(p) is tuple:
+        raise _exception(*p)
+    if p.status != _DONE:
+        p.wait()
+        if p.status != _DONE:
+            raise _exception(p.error_kind, p.error, p.error_code)
+    p.release()
+
+
+def broadcast_now(x, root_rank, name, process_set, inplace):
+    """broadcast / broadcast_ of a plain C-contiguous NumPy array on the global set, the lean way
+    (as allreduce_now); None: the general path takes it."""
+    if (type(x) is not np.ndarray or process_set is not global_process_set
+            or (name is not None and type(name) is not str) or type(root_rank) is not int):
+        return None
+    code = _NOW_DTYPES.get(x.dtype)
+    flags = x.flags
+    if code is None or not flags.c_contiguous or (inplace and not flags.writeable):
+        return None
+    st = runtime.current().global_state
+    if not 0 <= root_rank < st.size:
+        return None
+    out = x if inplace else np.empty_like(x)
+    _now(st, name or st.auto_name("broadcast"), BROADCAST, code, 0, root_rank, 0, x, out)
+    return out
+
+
+def barrier_now(process_set):
+    """barrier() on the global set, the lean way; None: the general path takes it."""
+    if process_set is not global_process_set:
+        return None
+    st = runtime.current().global_state
+    _now(st, st.auto_name("barrier"), BARRIER, 0, 0, 0, 0, None, None)
+    return True
 
 
 def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):

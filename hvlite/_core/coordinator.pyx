@@ -644,6 +644,7 @@ cdef class Coordinator:
                 item.late.clear()
                 item.err = 0
                 item.ride = self.ride_at[s] if rides_ok else -1
+                item.hit = True
                 items.push_back(item)
                 self.cache.last_used[s] = self.clock
 
@@ -787,6 +788,7 @@ cdef class Coordinator:
         item.late.swap(a.late)
         item.err = 0
         item.ride = -1
+        item.hit = False
         items.push_back(item)
 
     cdef void _execute(self, vector[Item]& items) noexcept nogil:

@@ -15,6 +15,8 @@ cdef cppclass Item:
     int fused            # tensors in this item's batch
     double ready, start, packed, ran, unpacked   # timeline: when each phase ended
     int ride             # >= 0: reduced inside the round's agreement (agree.pyx), the ride's index
+    bint hit             # from the response cache on every rank (so every rank's metadata, first
+                         # dimension included, equals the slot's)
 
 cdef cppclass FusionBuffer:
     char* buf

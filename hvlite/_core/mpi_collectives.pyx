@@ -44,21 +44,29 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
 cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows) noexcept nogil:
     cdef vector[int64_t] all_rows
-    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows)
+    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows, False)
 
 
 cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
-                    char** result, int64_t* total_rows, vector[int64_t]& all_rows) noexcept nogil:
-    """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace)."""
+                    char** result, int64_t* total_rows, vector[int64_t]& all_rows,
+                    bint same_rows) noexcept nogil:
+    """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace).
+    `same_rows`: every rank is known to hold as many rows as this one (a response-cache hit
+    everywhere), so the counts need no exchange."""
     cdef int n = 0, err
     cdef size_t i
     MPI_Comm_size(comm, &n)
     cdef vector[int] counts, displs
     cdef MPI_Request req
     all_rows.resize(n)
-    err = _wait(MPI_Iallgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm, &req), &req)
-    if err:
-        return err
+    if same_rows:
+        for i in range(<size_t>n):
+            all_rows[i] = rows
+    else:
+        err = _wait(MPI_Iallgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm,
+                                   &req), &req)
+        if err:
+            return err
     total_rows[0] = 0
     for i in range(<size_t>n):
         total_rows[0] += all_rows[i]
@@ -159,7 +167,7 @@ cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil:
     if c == C_ALLGATHER:
         if req != NULL:
             err = _allgather(comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
-                             row_bytes, &req.result, &req.result_rows, req.result_splits)
+                             row_bytes, &req.result, &req.result_rows, req.result_splits, it.hit)
             req.result_rows *= <int64_t>row_bytes
         else:
             tmp = NULL
