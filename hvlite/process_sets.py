@@ -126,7 +126,7 @@ class SetState:
             self.coordinator.autotune(log_path=s.autotune_log or None)
         self.names = {}
         self.outputs = OutputPool()            # out-of-place results, reused by name
-        self.default_algorithm = None          # its code, once a call has looked it up
+        self.algorithm_codes = {}              # algorithm= (None: the default) -> its code
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
                                        name=f"hvlite-coordinator-{set_id}")

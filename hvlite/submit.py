@@ -229,11 +229,12 @@ _NOW_DTYPES = {}        # NumPy dtype -> hvlite code, filled as dtypes are seen
 
 
 def allreduce_now(x, op, name, algorithm, process_set, inplace):
-    """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set with the
-    default algorithm, without the general path's conversions, closures and handle (they were
+    """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set, without
+    the general path's conversions, closures and handle (they were
     most of a small call's cost). Returns None when anything needs the general path, which then
     checks, poisons and raises as usual: this one has nothing left that can be wrong locally."""
-    if type(x) is not np.ndarray or algorithm is not None or process_set is not global_process_set:
+    if (type(x) is not np.ndarray or process_set is not global_process_set
+            or (algorithm is not None and type(algorithm) is not str)):
         return None
     o = _NOW_OPS.get(op)
     code = _NOW_DTYPES.get(x.dtype)
@@ -248,11 +249,11 @@ def allreduce_now(x, op, name, algorithm, process_set, inplace):
     if not flags.c_contiguous or (inplace and not flags.writeable):
         return None
     st = runtime.current().global_state
-    algo = st.default_algorithm
+    algo = st.algorithm_codes.get(algorithm)
     if algo is None:
         try:
-            algo = st.default_algorithm = _algorithm_code(None, runtime.current())
-        except InvalidArgumentError:
+            algo = st.algorithm_codes[algorithm] = _algorithm_code(algorithm, runtime.current())
+        except (InvalidArgumentError, TypeError):       # the general path says what is wrong
             return None
     if not name:
         name = st.auto_name("allreduce")
