@@ -69,13 +69,6 @@ cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
     return a.submitted < b.submitted
 
 
-cdef void _drive_waiter(object owner, Request* req):
-    """Pending.wait() of a request still pending: its thread runs the rounds (see _drive)."""
-    cdef Coordinator c = <Coordinator>owner
-    with nogil:
-        c._drive(req)
-
-
 cdef bint _may_ride(const Meta& m) noexcept nogil:
     """An all-reduce that may ride in the agreement: left to auto, an op the kernels run
     (Adasum has its own algorithm), not empty."""
@@ -249,7 +242,7 @@ cdef class Coordinator:
         if problem == 2:
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        p = make_pending(req, &self.dmon, self, (inp, out), _drive_waiter)
+        p = make_pending(req, &self.dmon, self, (inp, out))
         self._track(p)
         if inline:
             with nogil:

@@ -36,13 +36,12 @@ cdef class Pending:
         return hv_load(&self.req.status) != ST_PENDING
 
     def wait(self):
-        """Block (without the GIL) until the request completes: this thread runs the
-        coordinator's rounds itself while no other thread does, else waits for them."""
+        """Block (without the GIL) until the coordinator completes the request. (It does not
+        run rounds itself, as a synchronous call does: a step's async submits must gather
+        into few rounds, at the coordinator thread's cycle time.)"""
         cdef Request* req = self.req
         cdef hv_monitor* mon = self.mon
         cdef int i
-        if self.drive != NULL and hv_load(&req.status) == ST_PENDING:
-            self.drive(self.owner, req)
         with nogil:
             for i in range(200):
                 if hv_load(&req.status) != ST_PENDING:
@@ -108,10 +107,8 @@ cdef class Pending:
         del self.req
 
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep,
-                          drive_fn drive=NULL):
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep):
     cdef Pending p = Pending.__new__(Pending)
-    p.drive = drive
     p.req = req
     p.mon = mon
     p.owner = owner
