@@ -50,6 +50,16 @@ def fresh(seed):
     return params, opt, hvd.elastic.NumpyState(params, opt, step=-seed, note=f"rank {RANK}")
 
 
+def synced_and_committed(seed, steps):
+    """fresh(seed), synced, then one commit after each number of steps in `steps`."""
+    params, opt, state = fresh(seed)
+    state.sync()
+    for k in steps:
+        train_steps(params, opt, k, state)
+        state.commit()
+    return params, opt, state
+
+
 def same(a, b):
     return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -107,12 +117,7 @@ def test_commits_survive_a_relaunch(elastic_dir):
 
 
 def test_a_commit_not_every_survivor_wrote_is_dropped(elastic_dir):
-    params, opt, state = fresh(7)
-    state.sync()
-    train_steps(params, opt, 1, state)
-    state.commit()
-    train_steps(params, opt, 1, state)
-    state.commit()
+    params, opt, state = synced_and_committed(7, [1, 1])
     finished = {k: v.copy() for k, v in params.items()}
     train_steps(params, opt, 1, state)
     mine = store_mod.Store(elastic_dir, RANK)
@@ -132,12 +137,7 @@ def test_a_commit_not_every_survivor_wrote_is_dropped(elastic_dir):
 def test_new_and_stale_ranks_start_from_the_survivors_commit(elastic_dir):
     if N < 3:
         pytest.skip("needs a new rank and a stale one beside a survivor")
-    params, opt, state = fresh(11)
-    state.sync()
-    train_steps(params, opt, 2, state)
-    state.commit()
-    train_steps(params, opt, 2, state)
-    state.commit()
+    params, opt, state = synced_and_committed(11, [2, 2])
     want = {k: v.copy() for k, v in params.items()}
     mine = store_mod.Store(elastic_dir, RANK)
     hvd.barrier()
@@ -162,10 +162,7 @@ def test_new_and_stale_ranks_start_from_the_survivors_commit(elastic_dir):
 
 
 def test_new_hosts_interrupt_every_rank_at_a_durable_commit(elastic_dir):
-    params, opt, state = fresh(3)
-    state.sync()
-    train_steps(params, opt, 1, state)
-    state.commit()
+    params, opt, state = synced_and_committed(3, [1])
     if RANK == 0:
         open(os.path.join(elastic_dir, hvd.elastic.NOTICE), "w").close()
     hvd.barrier()

@@ -13,7 +13,6 @@ import os
 import socket
 import sys
 import threading
-import time
 
 import pytest
 
@@ -117,30 +116,38 @@ def test_a_failed_rank_rolls_back_to_the_last_commit_and_the_job_finishes(tmp_pa
     assert (tmp_path / "t.json").exists()
 
 
-def test_discovery_adds_a_slot_and_the_job_grows_from_2_to_3(tmp_path):
+def digits_while_discovery_changes(tmp_path, before, after, extra=()):
+    """The digits job under --elastic with discovery showing `before` slots, then `after` once
+    the job has taken step 40 (early: it must not finish first). Returns rc, out, err, took and
+    the events file."""
     hosts, events = tmp_path / "hosts", tmp_path / "events.jsonl"
-    hosts.write_text("localhost:2\n")
+    hosts.write_text(f"localhost:{before}\n")
     stop = threading.Event()
 
-    def add_a_slot_after_step_40():          # early: the job must not finish before it grows
+    def change_after_step_40():
         while not stop.wait(0.05):
             try:
                 seen = read_events(events)
             except (OSError, ValueError):
                 continue
             if any(e["event"] == "step" and e["step"] >= 40 for e in seen):
-                hosts.write_text("localhost:3\n")
+                hosts.write_text(f"localhost:{after}\n")
                 return
-    watcher = threading.Thread(target=add_a_slot_after_step_40, daemon=True)
+    watcher = threading.Thread(target=change_after_step_40, daemon=True)
     watcher.start()
     try:
         rc, out, err, took = launch(["--elastic", "--min-np", "2", "--max-np", "3",
                                      "--host-discovery-script", f"cat {hosts}",
-                                     "--discovery-interval", "0.25", *DIGITS,
-                                     "--epochs", "20", "--events", str(events)])
+                                     "--discovery-interval", "0.25", *DIGITS, *extra,
+                                     "--events", str(events)])
     finally:
         stop.set()
         watcher.join()
+    return rc, out, err, took, events
+
+
+def test_discovery_adds_a_slot_and_the_job_grows_from_2_to_3(tmp_path):
+    rc, out, err, took, events = digits_while_discovery_changes(tmp_path, 2, 3, ["--epochs", "20"])
     shown = f"exit status {rc} after {took:.1f}s\nstdout:\n{out}\nstderr:\n{err[-6000:]}"
     assert rc == 0, shown
     assert "discovery shows 3 slot(s), 2 in use: asking the job to stop at its next commit" in err
@@ -188,28 +195,7 @@ def test_gives_up_after_max_restarts_and_below_min_np(tmp_path):
 
 @pytest.mark.elastic_long
 def test_a_host_gone_from_discovery_restarts_the_job_smaller(tmp_path):
-    hosts, events = tmp_path / "hosts", tmp_path / "events.jsonl"
-    hosts.write_text("localhost:3\n")
-    stop = threading.Event()
-
-    def drop_a_slot():
-        while not stop.wait(0.05):
-            try:
-                if any(e["event"] == "step" and e["step"] >= 40 for e in read_events(events)):
-                    hosts.write_text("localhost:2\n")
-                    return
-            except (OSError, ValueError):
-                pass
-    watcher = threading.Thread(target=drop_a_slot, daemon=True)
-    watcher.start()
-    try:
-        rc, out, err, took = launch(["--elastic", "--min-np", "2", "--max-np", "3",
-                                     "--host-discovery-script", f"cat {hosts}",
-                                     "--discovery-interval", "0.25", *DIGITS,
-                                     "--events", str(events)])
-    finally:
-        stop.set()
-        watcher.join()
+    rc, out, err, took, events = digits_while_discovery_changes(tmp_path, 3, 2)
     shown = f"exit status {rc}\nstdout:\n{out}\nstderr:\n{err[-6000:]}"
     assert rc == 0, shown
     assert "host localhost down to 2 slot(s) in discovery, 3 in use: stopping the job" in err
