@@ -12,7 +12,8 @@ lower rank's data on the left, as rd.pyx), so every rank holds the same bits.
 
 Why not MPI_Iallreduce(BAND) for the bits alone: MPI's non-blocking schedule costs more than a
 point-to-point exchange at these sizes, and it cannot carry data reduced with another op.
-Non-powers of two fold in and out as p2p.pyx does.
+Non-powers of two fold in and out as p2p.pyx does. On one node with the shared segment the
+coordinator ANDs the bits through the segment instead (shm.pyx): nothing rides there.
 """
 from libc.string cimport memcpy
 from libc.stdint cimport uint64_t

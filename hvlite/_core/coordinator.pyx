@@ -43,6 +43,7 @@ from hvlite._core.controller cimport table_init, controller_respond
 from hvlite._core.stall cimport Stall, stall_init, stall_due
 from hvlite._core.transport cimport transport_gather, transport_bcast
 from hvlite._core.agree cimport Ride, agree
+from hvlite._core.shm cimport shm_and_words
 from hvlite._core.reduce cimport finish_op, kernel_op
 from hvlite._core.describe cimport int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
@@ -120,6 +121,7 @@ cdef class Coordinator:
     cdef size_t region_bytes
     cdef int nwords
     cdef vector[uint64_t] msg, msg_other
+    cdef bint node_agree            # agree through the node's shared segment (one node, nothing rides)
     cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     # user-thread side (under the GIL): every Pending whose request may still be in flight
@@ -160,6 +162,10 @@ cdef class Coordinator:
         self.ride_at.assign(cache_capacity, -1)
         self.layout_dirty = True
         self.nwords = 2 * ((cache_capacity + 63) // 64) + 1
+        # the same on every rank: one node, a segment agreed at init, no region
+        self.node_agree = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
+                           and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size
+                           and ride_bytes == 0 and 8 * <size_t>self.nwords <= self.ctx.shm.seg)
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
@@ -535,10 +541,13 @@ cdef class Coordinator:
         self.watch.negotiating = True
         if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
             watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
-        memcpy(self.msg.data(), bits.data(), 8 * <size_t>self.nwords)
-        err = agree(self.ctx.comm, <char*>self.msg.data(), <char*>self.msg_other.data(),
-                    self.nwords, self.region_bytes, self.rides.data(), <int>self.rides.size())
-        memcpy(bits.data(), self.msg.data(), 8 * <size_t>self.nwords)
+        if self.node_agree:     # one node, its segment: flags instead of MPI messages
+            err = shm_and_words(&self.ctx.shm, bits.data(), self.nwords)
+        else:
+            memcpy(self.msg.data(), bits.data(), 8 * <size_t>self.nwords)
+            err = agree(self.ctx.comm, <char*>self.msg.data(), <char*>self.msg_other.data(),
+                        self.nwords, self.region_bytes, self.rides.data(), <int>self.rides.size())
+            memcpy(bits.data(), self.msg.data(), 8 * <size_t>self.nwords)
         t1 = hv_now()
         if err:
             self._die_err(b"negotiation failed: ", err)

@@ -1,3 +1,4 @@
+from libc.stdint cimport uint64_t
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch, allreduce_fn
 
@@ -38,6 +39,10 @@ cdef struct ShmPiece:
 # no fusion buffer. Single node only (HV_ERR_SHM where there is no segment).
 cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
                               ShmArea* a) noexcept nogil
+
+# words[i] = AND over the node's ranks of their words[i] (collective over the node; n * 8 bytes
+# must fit a slot): one barrier, no MPI call. Returns HV_ERR_LOST once a peer is lost.
+cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil
 
 # Mean seconds per flag barrier (collective over the node): the cost model's alpha_shm.
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil

@@ -23,6 +23,7 @@ exclusive create succeeded ever unlinks it: a failed create never removes anothe
 import os
 from libc.errno cimport errno
 from libc.string cimport memcpy, memset, strncpy
+from libc.stdint cimport uint64_t
 from posix.mman cimport shm_open, shm_unlink, mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
 from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
@@ -105,6 +106,22 @@ cdef void _barrier(ShmArea* a) noexcept nogil:
                     next_poll = now + 2e-3
                     if watch_poll(watch_current(), now - t0) >= 0:
                         a.lost = HV_ERR_LOST
+
+
+cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil:
+    """The negotiation round's agreement on one node: each rank's words into its slot, one
+    barrier, then every rank ANDs every slot (the order does not matter, so every rank gets the
+    same bits). A few flag reads instead of MPI messages."""
+    cdef int p = (a.epoch + 1) & 1, r, i
+    cdef const uint64_t* other
+    memcpy(_slot(a, a.me, p), words, <size_t>n * 8)
+    _barrier(a)
+    for r in range(a.L):
+        if r != a.me:
+            other = <const uint64_t*>_slot(a, r, p)
+            for i in range(n):
+                words[i] &= other[i]
+    return a.lost
 
 
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
