@@ -228,6 +228,17 @@ _NOW_OPS = {op: int(op) for op in (Sum, Average, Min, Max, Product)}
 _NOW_DTYPES = {}        # NumPy dtype -> hvlite code, filled as dtypes are seen
 
 
+def _now_code(dtype):
+    """hvlite's code of a NumPy dtype, or None (the general path then names the problem)."""
+    code = _NOW_DTYPES.get(dtype)
+    if code is None:
+        code = code_of(dtype)
+        if code < 0:
+            return None
+        _NOW_DTYPES[dtype] = code
+    return code
+
+
 def allreduce_now(x, op, name, algorithm, process_set, inplace):
     """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set, without
     the general path's conversions, closures and handle (they were
@@ -237,13 +248,8 @@ def allreduce_now(x, op, name, algorithm, process_set, inplace):
             or (algorithm is not None and type(algorithm) is not str)):
         return None
     o = _NOW_OPS.get(op)
-    code = _NOW_DTYPES.get(x.dtype)
-    if code is None:
-        code = code_of(x.dtype)
-        if code < 0:
-            return None
-        _NOW_DTYPES[x.dtype] = code
-    if o is None or (name is not None and type(name) is not str):
+    code = _now_code(x.dtype)
+    if code is None or o is None or (name is not None and type(name) is not str):
         return None
     flags = x.flags
     if not flags.c_contiguous or (inplace and not flags.writeable):
@@ -281,7 +287,7 @@ def broadcast_now(x, root_rank, name, process_set, inplace):
     if (type(x) is not np.ndarray or process_set is not global_process_set
             or (name is not None and type(name) is not str) or type(root_rank) is not int):
         return None
-    code = _NOW_DTYPES.get(x.dtype)
+    code = _now_code(x.dtype)
     flags = x.flags
     if code is None or not flags.c_contiguous or (inplace and not flags.writeable):
         return None

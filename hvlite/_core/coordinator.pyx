@@ -833,7 +833,7 @@ cdef class Coordinator:
         cdef size_t nbytes, off = 0
         cdef int s
         self.rides.clear()
-        for s in range(self.cache.capacity):
+        for s in range(self.cache.capacity if self.ride_bytes else 0):   # none ride: no scan
             self.ride_at[s] = -1
             if self.cache.names[s].empty() or not _may_ride(self.cache.metas[s]):
                 continue
