@@ -116,6 +116,11 @@ class Settings:
         True, "HVLITE_PROBE",
         "Measure the cost model (ping-pongs, a reduction, a copy) at `init()` for `auto`; `0` "
         "uses the `HVLITE_ALPHA_*`, `HVLITE_BETA_*` and `HVLITE_GAMMA` figures.")
+    calibrate: bool = _setting(
+        True, "HVLITE_CALIBRATE",
+        "The first `auto` all-reduce of each size class (powers of two, 1 KiB to 16 MiB) times "
+        "the algorithms the cost model puts within 2.5x of its best and keeps the fastest "
+        "(the slowest rank's medians, so all ranks agree); `0` leaves `auto` to the model.")
     autotune: bool = _setting(
         False, "HVLITE_AUTOTUNE",
         "Tune the fusion threshold and cycle time over the first steps, then freeze "
@@ -179,8 +184,11 @@ class Settings:
                 "alpha_inter": self.alpha_inter, "beta_inter": self.beta_inter,
                 "gamma": self.gamma, "alpha_shm": self.alpha_shm, "beta_mem": self.beta_mem}
 
-    def shm_args(self):
-        return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe)
+    def context_args(self):
+        """What the core's algorithm context takes: the shared segment's settings, the probe,
+        and calibration (2: rank 0 also prints what it measured)."""
+        calibrate = (2 if self.log_level in ("debug", "trace") else 1) if self.calibrate else 0
+        return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe, calibrate)
 
 
 # hvlite name -> Horovod's name for the same setting
@@ -326,6 +334,7 @@ def load(env=None):
         timeline_all_ranks=_bool(env, "HVLITE_TIMELINE_ALL_RANKS", d.timeline_all_ranks),
         log_level=_choice(env, "HVLITE_LOG_LEVEL", LOG_LEVELS, d.log_level),
         probe=_bool(env, "HVLITE_PROBE", d.probe),
+        calibrate=_bool(env, "HVLITE_CALIBRATE", d.calibrate),
         autotune=_bool(env, "HVLITE_AUTOTUNE", d.autotune),
         autotune_log=env.get("HVLITE_AUTOTUNE_LOG", d.autotune_log) or "",
         dynamic_process_sets=_bool(env, "HVLITE_DYNAMIC_PROCESS_SETS", d.dynamic_process_sets),

@@ -117,7 +117,7 @@ class SetState:
                                        s.segment_bytes, rt.cost_model, s.cycle_time_ms / 1000.0,
                                        s.fusion_threshold, s.cache_capacity,
                                        s.stall_check_seconds, s.stall_shutdown_seconds,
-                                       s.fusion_tensor_limit, s.shm_args(),
+                                       s.fusion_tensor_limit, s.context_args(),
                                        control=self.comms[3], ranks=tuple(ranks),
                                        lost_after=s.lost_rank_seconds,
                                        ride_bytes=_ride_bytes(comm, s, rt.cost_model, leaders,

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import os
 import pkgutil
+import re
 import sys
 import warnings
 import weakref
@@ -68,11 +69,11 @@ class Runtime:
         self.cost_model = model
         uniform = len(set(local_sizes)) == 1
         self.engine = Engine(self.comm, self.local, self.cross, uniform, leaders,
-                             s.segment_bytes, model, s.shm_args())
+                             s.segment_bytes, model, s.context_args())
         self.shm_info = self.engine.shm_info()   # the same verdict on every rank (agreed at init)
         if s.log_level in ("trace", "debug") and rank == 0:
             log_cost_model(self.engine.cost_model(), self.comm.Get_size(), leaders,
-                           self.local.Get_size(), uniform, self.shm_info["available"])
+                           self.local.Get_size(), uniform, self.shm_info["available"], s.calibrate)
         self.rank, self.size = rank, self.comm.Get_size()
         self.closed = False
         self.dynamic_sets = s.dynamic_process_sets
@@ -166,15 +167,23 @@ def measure_cost_model(comm, local, cross, defaults):
     return model
 
 
-def log_cost_model(model, n, nodes, local_size, uniform, shm=False):
+def log_cost_model(model, n, nodes, local_size, uniform, shm=False, calibrate=True):
     from hvlite._core.cost_model import crossovers
     m = model
     print(f"hvlite: cost model: within a node alpha {m['alpha_intra'] * 1e6:.2f} us, "
           f"{1 / m['beta_intra'] / 1e9:.2f} GB/s; across nodes alpha {m['alpha_inter'] * 1e6:.2f} us, "
           f"{1 / m['beta_inter'] / 1e9:.2f} GB/s; reduce {1 / m['gamma'] / 1e9:.2f} GB/s; "
           f"shm barrier {m['alpha_shm'] * 1e6:.2f} us, copy {1 / m['beta_mem'] / 1e9:.2f} GB/s\n"
-          f"hvlite: auto on {n} ranks, {nodes} node(s): "
-          f"{crossovers(n, model, nodes, local_size, uniform, shm)}", file=sys.stderr, flush=True)
+          f"hvlite: auto on {n} ranks, {nodes} node(s), by the model: "
+          f"{real_names(crossovers(n, model, nodes, local_size, uniform, shm), nodes)}; "
+          f"{'each size class is measured on first use' if calibrate else 'not measured (HVLITE_CALIBRATE=0)'}",
+          file=sys.stderr, flush=True)
+
+
+def real_names(text, nodes):
+    """Algorithm names as what runs: across nodes `shm` is the shared segment within each node
+    and a flat algorithm between them."""
+    return re.sub(r"\bshm\b", "hierarchical over shm", text) if nodes > 1 else text
 
 
 def build_identity():

@@ -35,7 +35,8 @@ from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.dispatch cimport Context, context_init, context_free
+from hvlite._core.dispatch cimport Context, context_init, context_free, calibration_table
+from hvlite._core.calibrate cimport Calibration
 from hvlite._core.cache cimport *
 from hvlite._core.wire cimport *
 from hvlite._core.table cimport Table
@@ -144,13 +145,13 @@ cdef class Coordinator:
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
                  dict cost_model, double cycle_time, size_t fusion_threshold, int cache_capacity,
                  double stall_check, double stall_shutdown, size_t fusion_tensor_limit,
-                 tuple shm=(False, 0, 0, False), control=None, ranks=None,
+                 tuple options=(False, 0, 0, False, 0), control=None, ranks=None,
                  double lost_after=5.0, double ping_after=0.25, size_t ride_bytes=0):
         """`control`: a communicator of the set for liveness pings only (None: no watch, a
         missing rank is waited for without limit); `ranks`: the set's global ranks;
         `ride_bytes`: room for small all-reduces in the agreement message (the same on every
         rank)."""
-        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
+        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, options)
         if control is not None:
             watch_init(&self.watch, (<MPI.Comm>control).ob_mpi, ping_after, lost_after)
         for r in (ranks if ranks is not None else range(self.ctx.size)):
@@ -304,6 +305,20 @@ cdef class Coordinator:
         its peers): only then may it be freed, or a late ping would land in a later
         communicator that MPI gives the same context."""
         return self.watch.quiet
+
+    def cost_model(self):
+        """The model this set's auto falls back on (its shm barrier measured by this set)."""
+        return self.ctx.model
+
+    def calibration(self):
+        """What auto measured on this set, per size class (dispatch.calibration_table); read
+        between rounds."""
+        cdef Calibration snap
+        with nogil:
+            hv_lock(&self.rmon)
+            snap = self.ctx.cal
+            hv_unlock(&self.rmon)
+        return calibration_table(&snap)
 
     def death(self):
         """(kind, reason) once the coordinator has stopped, else None."""

@@ -15,6 +15,8 @@ cdef struct CostModel:
 
 cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
                     const CostModel* m) noexcept nogil
+# Whether auto may run algo on this topology (shm: every node has a shared segment).
+cdef bint eligible(int algo, int nodes, int local_size, bint uniform, bint shm) noexcept nogil
 # shm: every node has a shared segment (then shm, and hierarchical over it, are candidates).
 cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, bint shm,
                 const CostModel* m) noexcept nogil

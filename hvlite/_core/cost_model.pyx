@@ -65,6 +65,14 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
     return _flat(algo, nbytes, n, a, b, m.gamma)
 
 
+cdef bint eligible(int algo, int nodes, int local_size, bint uniform, bint shm) noexcept nogil:
+    if algo == ALG_HIERARCHICAL:
+        return nodes > 1 and uniform and not shm   # with a shared segment it *is* shm across nodes
+    if algo == ALG_SHM:
+        return shm and uniform and local_size > 1
+    return algo == ALG_TREE or algo == ALG_RD or algo == ALG_RING or algo == ALG_RHD
+
+
 cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, bint shm,
                 const CostModel* m) noexcept nogil:
     cdef int best = ALG_TREE, algo, i
@@ -75,9 +83,7 @@ cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, b
     cdef double cost, best_cost = predict(ALG_TREE, nbytes, n, nodes, local_size, m)
     for i in range(5):
         algo = candidates[i]
-        if algo == ALG_HIERARCHICAL and (nodes <= 1 or not uniform or shm):
-            continue            # with a shared segment, hierarchical *is* shm across nodes
-        if algo == ALG_SHM and (not shm or not uniform or local_size <= 1):
+        if not eligible(algo, nodes, local_size, uniform, shm):
             continue
         cost = predict(algo, nbytes, n, nodes, local_size, m)
         if cost < best_cost:

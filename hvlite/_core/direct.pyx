@@ -10,7 +10,8 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.codes cimport HV_MISMATCH, check as chkerr
 from hvlite._core.cost_model cimport choose
 from hvlite._core.codes cimport ALG_AUTO
-from hvlite._core.dispatch cimport Context, context_init, context_free, resolve_algorithm, run_allreduce
+from hvlite._core.dispatch cimport (Context, context_init, context_free, resolve_algorithm,
+                                    run_allreduce, auto_choice, calibration_table)
 
 cnp.import_array()
 
@@ -33,8 +34,8 @@ cdef class Engine:
         self.ctx.scratch.buf = NULL
 
     def __init__(self, comm, local, cross, bint uniform, int nodes, size_t segment_bytes,
-                 dict cost_model, tuple shm=(False, 0, 0, False)):
-        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, shm)
+                 dict cost_model, tuple options=(False, 0, 0, False, 0)):
+        context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, options)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self.cross_rank, self.cross_size = cross.Get_rank(), cross.Get_size()
@@ -58,8 +59,13 @@ cdef class Engine:
         context_free(&self.ctx)
 
     def choose(self, double nbytes):
-        """The algorithm auto picks for a buffer of nbytes on this runtime's topology."""
-        return resolve_algorithm(&self.ctx, <size_t>nbytes, ALG_AUTO)
+        """The algorithm auto picks for a buffer of nbytes on this runtime's topology (the
+        measured pick once its size class has run, else the cost model's; measures nothing)."""
+        return auto_choice(&self.ctx, <size_t>nbytes)
+
+    def calibration(self):
+        """What auto measured on this engine, per size class (dispatch.calibration_table)."""
+        return calibration_table(&self.ctx.cal)
 
     cdef int _agree(self, int64_t* meta) noexcept nogil:
         """MPI_Allreduce(MAX) of (v, -v) pairs: every rank learns whether all metadata agree."""

@@ -2,6 +2,7 @@ from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch
 from hvlite._core.cost_model cimport CostModel
 from hvlite._core.shm cimport ShmArea, ShmPiece
+from hvlite._core.calibrate cimport Calibration
 
 # Everything an all-reduce needs, for code that runs without the GIL.
 cdef struct Context:
@@ -17,8 +18,15 @@ cdef struct Context:
     CostModel model
     ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
+    Calibration cal      # auto's measured picks per size class (calibrate.pyx)
 
+# auto becomes the algorithm to run: the size class's measured pick, measured now (a collective
+# over the context's ranks, which all resolve the same requests in the same order) when new.
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
+# auto's choice without measuring: the class's pick if measured, else the cost model's.
+cdef int auto_choice(Context* c, size_t nbytes) noexcept nogil
+# What calibration measured, for Python (with the GIL).
+cdef dict calibration_table(const Calibration* cal)
 # In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count);
 # Adasum goes to run_adasum as one tensor, whatever `algo` says.
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
@@ -32,6 +40,8 @@ cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
                               int dtype, int op, long divisor) noexcept nogil
+# options: (shm enabled, segment bytes, redundant-reduce limit, probe, calibrate: 0 off, 1 on,
+# 2 on and rank 0 prints what it measured)
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
-                      int nodes, size_t segment_bytes, dict model, tuple shm) except -1
+                      int nodes, size_t segment_bytes, dict model, tuple options) except -1
 cdef void context_free(Context* c) noexcept nogil

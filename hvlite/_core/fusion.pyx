@@ -73,12 +73,14 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         total += item_count(items[k].meta)
         items[k].start = t0
         items[k].fused = <int>batch.size()
+    # Straight through the shared segment: the gather is the only copy in, the scatter the
+    # only copy out, so auto takes it for every fused batch on one node (a lone tensor goes
+    # where auto's measurements say).
+    if not adasum and pieces_in_segment(c, it.meta.algorithm) and batch.size() > 1:
+        return _run_through_segment(c, items, batch, total, divisor, t0)
     # Adasum runs its own algorithm (recorded as auto, the only algorithm it is submitted with).
     algo = ALG_AUTO if adasum else resolve_algorithm(c, total * es, it.meta.algorithm)
-    if not adasum and pieces_in_segment(c, it.meta.algorithm) and (batch.size() > 1 or algo == ALG_SHM):
-        # Straight through the shared segment: the gather is the only copy in, the scatter the
-        # only copy out, so auto takes it for every fused batch on one node (a lone tensor
-        # goes where the cost model says).
+    if not adasum and pieces_in_segment(c, it.meta.algorithm) and algo == ALG_SHM:
         return _run_through_segment(c, items, batch, total, divisor, t0)
     if batch.size() == 1:
         if it.req != NULL:

@@ -207,6 +207,7 @@ def check_build():
     import hvlite
     from hvlite import config
     from hvlite._core.cost_model import NAMES, crossovers
+    from hvlite.runtime import real_names
     s = config.load()
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
                    MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED", MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
@@ -223,7 +224,10 @@ def check_build():
     model = s.cost_model()
     for n in (2, 4, 8, 16):
         lines.append(f"    {n:>2} ranks, one node: {crossovers(n, model, shm=s.shm)}")
-    lines.append(f"    16 ranks, 4 nodes:   {crossovers(16, model, nodes=4, local_size=4, shm=s.shm)}")
+    lines.append(f"    16 ranks, 4 nodes:   "
+                 f"{real_names(crossovers(16, model, nodes=4, local_size=4, shm=s.shm), 4)}")
+    lines.append("    (a job times the candidates near each pick on first use of a size class: "
+                 + ("HVLITE_CALIBRATE=1)" if s.calibrate else "off, HVLITE_CALIBRATE=0)"))
     print("\n".join(lines))
     return 0
 

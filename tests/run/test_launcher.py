@@ -1,5 +1,6 @@
 """hvliterun: argument parsing, the mpiexec command it builds, its errors, and real runs."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,5 +117,14 @@ def test_check_build():
     out = run(["--check-build"], timeout=60)
     assert out.returncode == 0, out.stderr
     for fragment in ("hvlite v", "MPI library", "thread level", "ring", "rhd", "auto crossovers",
-                     "16 ranks, 4 nodes", "hierarchical"):
+                     "16 ranks, 4 nodes", "hierarchical", "HVLITE_CALIBRATE"):
         assert fragment in out.stdout
+    # across nodes the shm path is named for what runs: the segment, then between the nodes
+    nodes_line = next(line for line in out.stdout.splitlines() if "4 nodes" in line)
+    assert re.search(r"(?<!over )\bshm\b", nodes_line) is None, nodes_line
+
+
+def test_real_names():
+    from hvlite.runtime import real_names
+    assert real_names("rd < 4 KiB <= shm", 1) == "rd < 4 KiB <= shm"
+    assert real_names("rd < 4 KiB <= shm", 2) == "rd < 4 KiB <= hierarchical over shm"
