@@ -40,7 +40,7 @@ os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldsh
 MODULES = ["codes", "dtypes", "reduce", "liveness", "p2p", "agree", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "mpiref", "cost_model", "calibrate",
            "adasum", "dispatch", "direct", "probe",
            "ps"]   # parameter server transfers
-CXX_MODULES = ["mpi_collectives", "cache", "wire", "describe", "stall", "controller", "transport", "fusion", "trace", "autotune", "pending", "coordinator"]   # C++: std containers, no GIL
+CXX_MODULES = ["shm_copy", "mpi_collectives", "cache", "wire", "describe", "stall", "controller", "transport", "fusion", "trace", "autotune", "pending", "coordinator"]   # C++: std containers, no GIL
 # HVLITE_SANITIZE=1 (make test-asan): AddressSanitizer and UBSan in every extension, frame
 # pointers kept for readable reports; Python itself is not instrumented (libasan is preloaded).
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"] \

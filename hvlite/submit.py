@@ -299,6 +299,30 @@ def broadcast_now(x, root_rank, name, process_set, inplace):
     return out
 
 
+def allgather_now(x, name, process_set):
+    """allgather of a plain C-contiguous NumPy array of at least one dimension on the global
+    set, the lean way (as allreduce_now); None: the general path takes it."""
+    if (type(x) is not np.ndarray or process_set is not global_process_set or x.ndim == 0
+            or (name is not None and type(name) is not str) or not x.flags.c_contiguous):
+        return None
+    code = _now_code(x.dtype)
+    if code is None:
+        return None
+    st = runtime.current().global_state
+    name = name or st.auto_name("allgather")
+    p = st.coordinator.submit(name, ALLGATHER, code, 0, 0, 0, x.shape, x, None, None, None,
+                              True, AUTO_MARK in name)
+    if type(p) is tuple:
+        raise _exception(*p)
+    if p.status != _DONE:
+        p.wait()
+        if p.status != _DONE:
+            raise _exception(p.error_kind, p.error, p.error_code)
+    out = _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits))
+    p.release()
+    return out
+
+
 def barrier_now(process_set):
     """barrier() on the global set, the lean way; None: the general path takes it."""
     if process_set is not global_process_set:

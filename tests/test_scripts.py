@@ -10,6 +10,7 @@ SCRIPTS = [
     (["scripts/bench_fusion.py", "--steps", "2"], "hvlite-fused-inplace"),
     (["scripts/bench_torch.py", "--reps", "3"], "torch / NumPy"),
     (["scripts/bench_training.py", "--steps", "2"], "efficiency"),
+    (["scripts/bench_cost_model.py", "--runs", "2", "--sizes", "4K,64K"], "calibrated picks"),
     (["scripts/bench_mpi_reference.py", "--sizes", "4K", "--budget", "0.05"], "4 KiB"),
     (["scripts/bench_elastic.py", "commit", "--model", "digits", "--steps", "2", "--commits", "2"],
      "commit/step"),

@@ -123,6 +123,7 @@ cdef class Coordinator:
     cdef int nwords
     cdef vector[uint64_t] msg, msg_other
     cdef bint node_agree            # agree through the node's shared segment (one node, nothing rides)
+    cdef bint node_copies           # broadcast and allgather through it (one node, the set's order)
     cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     # user-thread side (under the GIL): every Pending whose request may still be in flight
@@ -167,6 +168,11 @@ cdef class Coordinator:
         self.node_agree = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
                            and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size
                            and ride_bytes == 0 and 8 * <size_t>self.nwords <= self.ctx.shm.seg)
+        mine = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
+                and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size
+                and self.ctx.shm.me == self.ctx.rank)
+        from mpi4py.MPI import MIN
+        self.node_copies = comm.allreduce(1 if mine else 0, op=MIN) == 1   # alike everywhere
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
@@ -829,7 +835,7 @@ cdef class Coordinator:
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
             if c != C_ALLREDUCE:
                 self.doing_at = <int>k
-                err = run_item(self.ctx.comm, it)
+                err = run_item(self.ctx.comm, it, &self.ctx.shm if self.node_copies else NULL)
             if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
             if req == NULL or err == HV_ERR_LOST:

@@ -12,4 +12,7 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
 cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil
 
 from hvlite._core.fusion cimport Item
-cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil
+from hvlite._core.shm cimport ShmArea
+# node: the set's ranks are one node's, with a shared segment (else NULL): broadcast and
+# allgather go through it.
+cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil

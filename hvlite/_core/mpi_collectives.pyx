@@ -17,6 +17,8 @@ from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.fusion cimport Item, item_count
 from hvlite._core.liveness cimport wait_all
+from hvlite._core.shm cimport ShmArea
+from hvlite._core.shm_copy cimport shm_broadcast, shm_allgather
 
 
 cdef inline int _wait(int err, MPI_Request* req) noexcept nogil:
@@ -148,9 +150,11 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
     return err
 
 
-cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil:
+cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
     """One ready collective other than all-reduce; on a rank that has joined (no request) it
-    still takes its part (zero rows to allgather, a throwaway buffer for broadcast)."""
+    still takes its part (zero rows to allgather, a throwaway buffer for broadcast). `node`:
+    the set is one node with a shared segment (the same on every rank): broadcast and
+    allgather go through it (shm_copy.pyx)."""
     cdef Request* req = it.req
     cdef int c = it.meta.collective, d, err = 0, rank = 0, size = 0
     cdef size_t es, row_bytes
@@ -166,21 +170,35 @@ cdef int run_item(MPI_Comm comm, Item* it) noexcept nogil:
     # allgather and alltoall: the first dimension is this rank's own, not the response's
     if c == C_ALLGATHER:
         if req != NULL:
-            err = _allgather(comm, req.input, req.meta.shape[0] if req.meta.shape.size() else 1,
-                             row_bytes, &req.result, &req.result_rows, req.result_splits, it.hit)
+            rows = req.meta.shape[0] if req.meta.shape.size() else 1
+            if node != NULL:
+                err = shm_allgather(node, req.input, rows, row_bytes, &req.result,
+                                    &req.result_rows, req.result_splits, it.hit)
+            else:
+                err = _allgather(comm, req.input, rows, row_bytes, &req.result,
+                                 &req.result_rows, req.result_splits, it.hit)
             req.result_rows *= <int64_t>row_bytes
         else:
             tmp = NULL
-            err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
+            if node != NULL:
+                err = shm_allgather(node, NULL, 0, row_bytes, &tmp, &rows, splits, False)
+            else:
+                err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
             free(tmp)
     elif c == C_BROADCAST:
         if req != NULL:
             if rank == it.meta.root and req.output != req.input:
                 memcpy(req.output, req.input, item_count(it.meta) * es)
-            err = run_broadcast(comm, req.output, item_count(it.meta) * es, it.meta.root)
+            tmp = req.output
         else:
             tmp = <char*>malloc(item_count(it.meta) * es + 1)
+        if tmp == NULL:
+            err = -1
+        elif node != NULL:
+            err = shm_broadcast(node, tmp, item_count(it.meta) * es, it.meta.root)
+        else:
             err = run_broadcast(comm, tmp, item_count(it.meta) * es, it.meta.root)
+        if req == NULL:
             free(tmp)
     elif c == C_ALLTOALL and req != NULL:
         splits = req.splits

@@ -44,5 +44,11 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
 # must fit a slot): one barrier, no MPI call. Returns HV_ERR_LOST once a peer is lost.
 cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil
 
-# Mean seconds per flag barrier (collective over the node): the cost model's alpha_shm.
+# Seconds per flag barrier, a median of blocks (collective over the node): the cost model's alpha_shm.
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
+
+# For the node's other collectives (shm_copy.pyx): rank r's slot of a parity, and one flag
+# barrier (HV_ERR_LOST once a peer is lost). A slot of parity (epoch + 1) & 1 is written before
+# the next barrier and read after it.
+cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
+cdef int shm_barrier(ShmArea* a) noexcept nogil

@@ -84,3 +84,29 @@ def test_average_and_ops_in_the_segment():
             if not np.allclose(got, fn(base)):
                 failures.append(f"{op.name}: {got[:4]} != {fn(base)[:4]}")
     assert_everywhere(failures)
+
+
+SEG = INFO["segment_bytes"] or (1 << 20)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 4096, SEG - 1, SEG + 1, 3 * SEG + 5])
+def test_broadcast_and_allgather_through_the_segment(nbytes):
+    """One node: broadcast and allgather copy through the segment, segment by segment (sizes
+    around the segment's edge); rows differ by rank, so the counts are exchanged too."""
+    failures = []
+    for root in range(N):
+        x = (np.arange(nbytes, dtype=np.uint8) * (root + 3)) if RANK == root else \
+            np.zeros(nbytes, np.uint8)
+        got = hvd.broadcast(x, root_rank=root, name=f"shm.b.{nbytes}")
+        want = np.arange(nbytes, dtype=np.uint8) * (root + 3)
+        if not np.array_equal(got, want):
+            failures.append(f"broadcast of {nbytes} B from {root}: differs")
+    for step in range(2):               # the second time through the response cache
+        rows = [max(0, nbytes // 4 - r * 7) if step == 0 else nbytes // 4 for r in range(N)]
+        mine = np.arange(rows[RANK] * 2, dtype=np.int16).reshape(rows[RANK], 2) + RANK
+        got = hvd.allgather(mine, name=f"shm.g.{nbytes}.{step}")
+        want = np.concatenate([np.arange(rows[r] * 2, dtype=np.int16).reshape(rows[r], 2) + r
+                               for r in range(N)])
+        if got.shape != want.shape or not np.array_equal(got, want):
+            failures.append(f"allgather of rows {rows} (step {step}): {got.shape} != {want.shape}")
+    assert_everywhere(failures)
