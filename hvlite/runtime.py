@@ -155,6 +155,9 @@ def measure_cost_model(comm, local, cross, defaults):
 
     a_in, b_in = pair(local)
     a_x, b_x = pair(cross)
+    # every local rank's pair crossed at once, sharing the node's link; the model's beta_inter
+    # is that link's (cost_model.pyx)
+    b_x /= max(1, local.Get_size())
     mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(), copy_seconds_per_byte()])
     worst = np.empty_like(mine)
     comm.Allreduce(mine, worst, op=MPI.MAX)
