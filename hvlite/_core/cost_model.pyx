@@ -20,9 +20,11 @@ cross-node step of hierarchical and shm runs L_node slices at once, one per loca
 through the same link: per node 2((H-1)/H)n bytes cross for H nodes, hence L_node·β_inter on
 n/L_node bytes (with β_inter alone it predicted 0.3-0.5 of the time measured on 2 hosts of 2
 ranks). rhd keeps its flat formula: nearest partner first, it moves 2(1 - L_node/p)n per node,
-fewer bytes than the formula says (n rather than 1.5n on 2 hosts of 2 ranks), but on shaped links
-it took 1.05-1.65x that traffic's time at 4-64 MiB, and the flat formula is the closer prediction
-there (docs/scale.md); at many nodes the two differ by under L_node/p.
+fewer bytes than the formula says (n rather than 1.5n on 2 hosts of 2 ranks), but on the emulated
+links it took 1.05-1.7x its own bytes' link time at 4-64 MiB, on 2 hosts of 2 and on 4 hosts of 1
+(where a ring moving the same bytes per host reached 79-91% of the link). The flat formula is the
+closer prediction on 2 hosts of 2; on 4 hosts of 1 neither fits, rhd measured ~1.6x it
+(docs/scale.md). At many nodes the two formulas differ by under L_node/p.
 `auto` picks the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
 """
 from libc.math cimport ceil, log2
