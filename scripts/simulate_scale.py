@@ -46,10 +46,13 @@ def run_check(args):
     totals = {True: [0, 0, 0, 0], False: [0, 0, 0, 0]}
     for (layout, link), rs in groups.items():
         bound = rs[0]["link_bound"]
-        what = ("link-bound" if bound else "CPU-limited: the two cores, not the link, are the limit")
+        what = "link-bound" if bound else "CPU-limited"
         hosts, per_node = layout.split("x")
-        print(f"\n### {hosts} hosts x {per_node}, {link} ({what}; the fastest at the largest size "
-              f"took {rs[0]['best_over_link']:.2f}x the link time of the fewest bytes per host)\n")
+        print(f"\n### {hosts} hosts x {per_node}, {link}: {what}\n")
+        print(f"The fastest at the largest size took {rs[0]['best_over_link']:.2f}x the link time "
+              f"of the fewest bytes per host" + ("." if bound else
+                                                  ": the cores, not the link, are the limit.")
+              + "\n")
         print(f"| size | algorithm | measured, ms (run 1 / run 2) | predicted, ms | error | within {tol} |")
         print("|---|---|---|---|---|---|")
         for r in rs:

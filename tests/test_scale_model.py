@@ -182,7 +182,7 @@ def test_check_prints_both_kinds_of_cell():
     run = subprocess.run([sys.executable, "scripts/simulate_scale.py", "--check"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "CPU-limited: the two cores" in run.stdout
+    assert "2500mbit: CPU-limited" in run.stdout and "the cores, not the link" in run.stdout
     assert "link-bound:" in run.stdout and "cells within 25% in every run" in run.stdout
 
 
