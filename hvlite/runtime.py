@@ -139,7 +139,8 @@ class Runtime:
 
 def measure_cost_model(comm, local, cross, defaults):
     """The cost model's figures, measured (well under a second): one-way message time for 8 B and
-    1 MiB between neighbouring ranks within a node and across nodes, the reduction and copy rates.
+    1 MiB between neighbouring ranks within a node and, between local ranks 0, across nodes; the
+    reduction and copy rates.
     Every rank ends with the same figures (the slowest pair's), so "auto" chooses alike."""
     import numpy as np
     from mpi4py import MPI
@@ -155,7 +156,9 @@ def measure_cost_model(comm, local, cross, defaults):
         return small, max(large - small, 1e-12) / (1 << 20)
 
     a_in, b_in = pair(local)
-    a_x, b_x = pair(cross)
+    # the model's beta_inter is one node's link (cost_model.pyx): one pair per pair of nodes
+    # crosses, the local ranks 0, alone on the link
+    a_x, b_x = pair(cross) if local.Get_rank() == 0 else (0.0, 0.0)
     mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(), copy_seconds_per_byte()])
     worst = np.empty_like(mine)
     comm.Allreduce(mine, worst, op=MPI.MAX)

@@ -8,12 +8,24 @@ L = log2 of the largest power of two p <= N:
     rhd           2Lα + 2((p-1)/p)nβ + ((p-1)/p)nγ   (+ 2(α + nβ) + nγ to fold when N != p)
     ring          2(N-1)α + 2((N-1)/N)nβ + ((N-1)/N)nγ
     hierarchical  ring among the L_node ranks of a node at intra-node α, β
-                  + the best of rd/rhd/ring among the nodes on n/L_node bytes at inter-node α, β
+                  + the best of rd/rhd/ring among the nodes on n/L_node bytes at inter-node α
+                  and L_node·β_inter (below)
     shm           2α_shm + n(2β_mem + ((L_node-1)/L_node)γ) within the node (copy in, reduce
                   a slice, copy out) + the same cross-node step as hierarchical
 
-Flat algorithms on several nodes pay the inter-node figures (their slowest link). `auto` picks
-the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
+β_inter is per byte through one node's link, which all of the node's ranks share. Flat
+algorithms on several nodes pay the inter-node figures (their slowest link): a ring placed node
+by node has one rank of each node sending across at a time, so its formula holds as written. The
+cross-node step of hierarchical and shm runs L_node slices at once, one per local rank, all
+through the same link: per node 2((H-1)/H)n bytes cross for H nodes, hence L_node·β_inter on
+n/L_node bytes (with β_inter alone it predicted 0.3-0.5 of the time measured on 2 hosts of 2
+ranks). rhd keeps its flat formula: nearest partner first, it moves 2(1 - L_node/p)n per node,
+fewer bytes than the formula says (n rather than 1.5n on 2 hosts of 2 ranks), but on the emulated
+links it took 1.05-1.7x its own bytes' link time at 4-64 MiB, on 2 hosts of 2 and on 4 hosts of 1
+(where a ring moving the same bytes per host reached 79-91% of the link). The flat formula is the
+closer prediction on 2 hosts of 2; on 4 hosts of 1 neither fits, rhd measured ~1.6x it
+(docs/scale.md). At many nodes the two formulas differ by under L_node/p.
+`auto` picks the smallest prediction; MPI's own MPI_Allreduce is the reference, never chosen.
 """
 from libc.math cimport ceil, log2
 
@@ -57,10 +69,12 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
             inner = _flat(ALG_RING, nbytes, local_size, m.alpha_intra, m.beta_intra, m.gamma)
         if nodes <= 1:
             return inner
-        x1 = _flat(ALG_RHD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
-        x2 = _flat(ALG_RING, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
+        # the node's local_size slices cross at once, sharing its link
+        shared = m.beta_inter * local_size
+        x1 = _flat(ALG_RHD, nbytes / local_size, nodes, m.alpha_inter, shared, m.gamma)
+        x2 = _flat(ALG_RING, nbytes / local_size, nodes, m.alpha_inter, shared, m.gamma)
         x1 = x1 if x1 < x2 else x2
-        x2 = _flat(ALG_RD, nbytes / local_size, nodes, m.alpha_inter, m.beta_inter, m.gamma)
+        x2 = _flat(ALG_RD, nbytes / local_size, nodes, m.alpha_inter, shared, m.gamma)
         return inner + (x1 if x1 < x2 else x2)
     return _flat(algo, nbytes, n, a, b, m.gamma)
 

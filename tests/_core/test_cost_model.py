@@ -34,8 +34,24 @@ def test_large_buffers_on_non_powers_of_two_pick_ring(n):
 
 
 def test_several_nodes_pick_hierarchical_for_large_buffers():
-    assert choose_name(64 << 20, 16, SHM, nodes=4, local_size=4) == "hierarchical"
+    # on 2 nodes hierarchical sends n bytes per node across, a flat ring 2((N-1)/N)n
+    assert choose_name(64 << 20, 8, SHM, nodes=2, local_size=4) == "hierarchical"
     # uneven nodes: the per-slice hierarchical variant does not apply
-    assert choose_name(64 << 20, 15, SHM, nodes=4, local_size=4, uniform=False) != "hierarchical"
+    assert choose_name(64 << 20, 7, SHM, nodes=2, local_size=4, uniform=False) != "hierarchical"
     # one node: never hierarchical
     assert choose_name(64 << 20, 8, SHM) != "hierarchical"
+
+
+def test_the_cross_node_step_shares_the_node_link():
+    # only the link costs here: a node's 4 slices cross at once through its one link, so per
+    # node 2((H-1)/H)n bytes at beta_inter, against the flat ring's 2((N-1)/N)n
+    b, n = 1 / 1e9, 64 << 20
+    link_only = model_from(alpha_intra=0.0, beta_intra=1e-30, alpha_inter=0.0, beta_inter=b,
+                           gamma=1e-30, alpha_shm=0.0, beta_mem=1e-30)
+    for nodes in (2, 4, 8):
+        want = 2 * (nodes - 1) / nodes * n * b
+        for algo in ("hierarchical", "shm"):
+            assert predict_seconds(algo, n, 4 * nodes, link_only, nodes=nodes, local_size=4) == \
+                pytest.approx(want, rel=1e-6)
+        assert predict_seconds("ring", n, 4 * nodes, link_only, nodes=nodes, local_size=4) == \
+            pytest.approx(2 * (4 * nodes - 1) / (4 * nodes) * n * b, rel=1e-6)
