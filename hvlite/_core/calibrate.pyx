@@ -4,9 +4,13 @@ ran 1.26x faster). So the first auto all-reduce of each size class times the alg
 model puts near its best, on a scratch buffer of that size, and the class keeps the fastest.
 
 Every rank times the same candidates the same number of times (set by the model's
-predictions, which all ranks share), then the slowest rank's time of each block is agreed
-with one all-reduce (MAX), so every rank computes the same pick. Three blocks, interleaved
-across candidates so a burst of load hits them alike; the median block decides.
+predictions, which all ranks share), each run from a common start and the candidates in turn,
+as calls come in a job (back to back, one algorithm's buffers stay in cache and ranks that
+finish early start the next run sooner: shm at 1 MiB on 2 ranks measured 190 us that way and
+370 us between other calls), then the slowest rank's time of each block is agreed with one
+all-reduce (MAX), so every rank computes the same pick. Three blocks, interleaved
+across candidates so a burst of load hits them alike; the median block decides, and among the
+candidates within 10% of the fastest, the one the model ranks first.
 """
 from libc.stdlib cimport free
 from libc.string cimport memset
@@ -28,8 +32,14 @@ cdef enum:
     BLOCKS = 3
     MAX_REPS = 16
     HUGE = 2 << 20
+    OFFSET = 16          # where malloc puts a large block's data in its pages, as NumPy's
 
 cdef double BLOCK_SECONDS = 1e-3     # repetitions per block: about this long by the model
+# Within this factor of the fastest a candidate counts as tied, and the model's order decides:
+# identical columns of one benchmark run differ by 5-10% here, and at 2 ranks and 1 MiB the
+# calibration measured rhd 3-8% ahead of ring where calls through the public path ran ring
+# 13-15% faster (the model's tie rule puts ring first).
+cdef double TIE = 1.10
 
 
 cdef int size_class(size_t nbytes) noexcept nogil:
@@ -57,9 +67,10 @@ cdef int calibrate_class(Calibration* cal, size_t nbytes, const int* candidates,
     cdef int reps[CAL_MAX_CANDIDATES]
     cdef double t[BLOCKS * CAL_MAX_CANDIDATES]
     cdef double med[CAL_MAX_CANDIDATES]
-    cdef double x, y, z, t0
+    cdef double x, y, z, t0, fastest
     cdef size_t count
     cdef char* buf
+    cdef char* base
     if ncand > CAL_MAX_CANDIDATES:
         ncand = CAL_MAX_CANDIDATES
     if nbytes > (<size_t>1 << CAL_HIGH):
@@ -68,11 +79,12 @@ cdef int calibrate_class(Calibration* cal, size_t nbytes, const int* candidates,
     # Like NumPy's own large arrays (the buffers auto will run on): on huge pages where the
     # kernel gives them on request. Measured at 4 ranks, 16 MiB: ring 23 ms on small pages
     # against 15-19 ms on a NumPy array, which turned the pick from ring to shm.
-    buf = <char*>aligned_alloc(HUGE, (count * 4 + HUGE - 1) // HUGE * HUGE)
-    if buf == NULL:
+    base = <char*>aligned_alloc(HUGE, (count * 4 + OFFSET + HUGE - 1) // HUGE * HUGE)
+    buf = base + OFFSET
+    if base == NULL:
         return HV_ERR_NOMEM
     if count * 4 >= 4 * HUGE:
-        madvise(buf, (count * 4 + HUGE - 1) // HUGE * HUGE, MADV_HUGEPAGE)
+        madvise(base, (count * 4 + OFFSET + HUGE - 1) // HUGE * HUGE, MADV_HUGEPAGE)
     memset(buf, 0, count * 4)
     for i in range(ncand):
         r = <int>(BLOCK_SECONDS / predicted[i]) if predicted[i] > 0 else MAX_REPS
@@ -82,15 +94,17 @@ cdef int calibrate_class(Calibration* cal, size_t nbytes, const int* candidates,
             err = run(ctx, buf, count, candidates[i])
     for b in range(BLOCKS):
         for i in range(ncand):
-            if err:
-                break
-            err = _sync(comm, s)
-            t0 = hv_now()
-            for r in range(reps[i]):
+            t[b * ncand + i] = 0
+        for r in range(MAX_REPS):
+            for i in range(ncand):      # candidates in turn, each run from a common start
+                if err or r >= reps[i]:
+                    continue
+                err = _sync(comm, s)
+                t0 = hv_now()
                 if err == 0:
                     err = run(ctx, buf, count, candidates[i])
-            t[b * ncand + i] = (hv_now() - t0) / reps[i]
-    free(buf)
+                t[b * ncand + i] += (hv_now() - t0) / reps[i]
+    free(base)
     if err == 0:
         err = rd_allreduce(<char*>t, BLOCKS * ncand, DT_FLOAT64, OP_MAX, comm, s)
     if err:
@@ -101,6 +115,11 @@ cdef int calibrate_class(Calibration* cal, size_t nbytes, const int* candidates,
         cal.seconds[cls][candidates[i]] = med[i]
         if med[i] < med[best]:
             best = i
+    fastest = med[best]
+    best = -1
+    for i in range(ncand):              # near the fastest, the model's order decides (ties: the
+        if med[i] <= TIE * fastest and (best < 0 or predicted[i] < predicted[best]):
+            best = i                    # earlier candidate, as in cost_model.choose)
     cal.pick[cls] = <signed char>candidates[best]
     cal.at_bytes[cls] = <double>nbytes
     if cal.verbose and comm_rank(comm) == 0:

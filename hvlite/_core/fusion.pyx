@@ -80,7 +80,11 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
         return _run_through_segment(c, items, batch, total, divisor, t0)
     # Adasum runs its own algorithm (recorded as auto, the only algorithm it is submitted with).
     algo = ALG_AUTO if adasum else resolve_algorithm(c, total * es, it.meta.algorithm)
-    if not adasum and pieces_in_segment(c, it.meta.algorithm) and algo == ALG_SHM:
+    # A lone tensor reduced in place runs the segment's in-place all-reduce instead, which
+    # copies in only the slices the others reduce and out only theirs (1 MiB, 2 ranks: 190 us
+    # against 450 us through the pieces).
+    if (not adasum and pieces_in_segment(c, it.meta.algorithm) and algo == ALG_SHM
+            and (it.req == NULL or it.req.output != it.req.input)):
         return _run_through_segment(c, items, batch, total, divisor, t0)
     if batch.size() == 1:
         if it.req != NULL:

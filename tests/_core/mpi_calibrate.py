@@ -59,9 +59,9 @@ def test_each_class_measured_once_and_kept():
             failures.append(f"{n} B ran {first[n]}, its class picked {entry['pick']}")
         secs = entry["seconds"]
         if secs:            # a lone candidate is taken without timing
-            fastest = min(secs, key=secs.get)
-            if entry["pick"] != fastest:
-                failures.append(f"class {cls}: picked {entry['pick']}, fastest {fastest} {secs}")
+            # the fastest, or one within 10% of it that the model ranks first
+            if entry["pick"] not in secs or secs[entry["pick"]] > 1.10 * min(secs.values()):
+                failures.append(f"class {cls}: picked {entry['pick']}, measured {secs}")
         again = ran(n, f"cal.again.{n}")
         if again != entry["pick"]:
             failures.append(f"{n} B ran {again} the second time, the pick is {entry['pick']}")
