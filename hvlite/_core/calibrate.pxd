@@ -8,23 +8,33 @@ cdef enum:
     CAL_HIGH = 24
     CAL_CLASSES = CAL_HIGH - CAL_LOW + 1
     CAL_MAX_CANDIDATES = 8
+    CAL_TRIALS = 2           # calls per candidate; the faster of them counts
 
-# What auto measured: per size class the pick (-1: not measured yet), the size it was timed at
-# and each candidate's time (the slowest rank's median; 0: not a candidate).
+# What auto measured: per size class the candidates, their trial times (the slowest rank's) and
+# the pick (-1: still trying).
 cdef struct Calibration:
     bint enabled
     bint verbose         # rank 0 prints each class's figures (HVLITE_LOG_LEVEL=debug)
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
     signed char pick[CAL_CLASSES]
     double at_bytes[CAL_CLASSES]
-    double seconds[CAL_CLASSES][ALG_COUNT]
-
-# Runs one all-reduce of `count` float32 in place with algorithm `algo` (the caller's context).
-ctypedef int (*cal_run_fn)(void* ctx, char* buf, size_t count, int algo) noexcept nogil
+    double seconds[CAL_CLASSES][ALG_COUNT]         # each candidate's best trial; 0: none
+    int ncand[CAL_CLASSES]                          # 0: trials not begun
+    int trials[CAL_CLASSES]                         # trial calls completed
+    int cand[CAL_CLASSES][CAL_MAX_CANDIDATES]
+    double pred[CAL_CLASSES][CAL_MAX_CANDIDATES]    # the model's predictions, for its order
+    int armed            # 1 + the class of the trial call under way; 0: none
+    int armed_k          # its candidate
+    double t0
 
 cdef int size_class(size_t nbytes) noexcept nogil
-# Times the candidates at nbytes (every rank of comm must call it alike: the candidates and
-# their predicted seconds decide the repetitions) and stores the fastest as the class's pick.
-cdef int calibrate_class(Calibration* cal, size_t nbytes, const int* candidates,
-                         const double* predicted, int ncand, void* ctx, cal_run_fn run,
-                         MPI_Comm comm, Scratch* s) noexcept nogil
+# The trials of class cls begin: candidates (in the model's order of preference on ties) and
+# their predicted seconds.
+cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,
+                    const double* predicted, int n) noexcept nogil
+# The algorithm for this call of class cls (its trials under way): the next candidate in turn,
+# timed from now.
+cdef int cal_next(Calibration* cal, int cls) noexcept nogil
+# After the call (every rank of comm calls it after every call it resolved, alike): the trial's
+# time is agreed (the slowest rank's) and recorded; the last trial of a class picks.
+cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil

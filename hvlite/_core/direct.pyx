@@ -11,7 +11,8 @@ from hvlite._core.codes cimport HV_MISMATCH, check as chkerr
 from hvlite._core.cost_model cimport choose
 from hvlite._core.codes cimport ALG_AUTO
 from hvlite._core.dispatch cimport (Context, context_init, context_free, resolve_algorithm,
-                                    run_allreduce, auto_choice, calibration_table)
+                                    run_allreduce, auto_choice, calibration_table,
+                                    resolved_done)
 
 cnp.import_array()
 
@@ -87,7 +88,7 @@ cdef class Engine:
         ranks' metadata disagree (then nothing was touched)."""
         cdef char* buf = <char*>cnp.PyArray_DATA(arr)
         cdef size_t count = <size_t>cnp.PyArray_SIZE(arr)
-        cdef int err = 0
+        cdef int err = 0, done
         cdef int64_t meta[META]
         with nogil:
             if check:
@@ -100,6 +101,8 @@ cdef class Engine:
             if err == 0:
                 algo = resolve_algorithm(&self.ctx, count * dtype_size(dtype), algo)
                 err = run_allreduce(&self.ctx, buf, count, dtype, op, algo, self.ctx.size)
+                done = resolved_done(&self.ctx)
+                err = err if err else done
         if err == HV_MISMATCH:
             return -1
         chkerr(err)

@@ -20,9 +20,11 @@ cdef struct Context:
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
     Calibration cal      # auto's measured picks per size class (calibrate.pyx)
 
-# auto becomes the algorithm to run: the size class's measured pick, measured now (a collective
-# over the context's ranks, which all resolve the same requests in the same order) when new.
+# auto becomes the algorithm to run: the size class's pick, or while its trials run the next
+# candidate in turn (calibrate.pyx). Every rank resolves the same calls in the same order, and
+# after each call it resolved calls resolved_done (a collective while a trial is under way).
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
+cdef int resolved_done(Context* c) noexcept nogil
 # auto's choice without measuring: the class's pick if measured, else the cost model's.
 cdef int auto_choice(Context* c, size_t nbytes) noexcept nogil
 # What calibration measured, for Python (with the GIL).

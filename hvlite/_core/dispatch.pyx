@@ -15,8 +15,8 @@ from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
 from hvlite._core.adasum cimport adasum_allreduce
-from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_LOW, CAL_HIGH, CAL_MAX_CANDIDATES, size_class,
-                                     calibrate_class)
+from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_LOW, CAL_MAX_CANDIDATES,
+                                     size_class, cal_begin, cal_next, cal_done)
 from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
 
@@ -49,7 +49,7 @@ cdef allreduce_fn _cross_fn(Context* c, size_t nbytes) noexcept nogil:
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
                       int nodes, size_t segment_bytes, dict model, tuple options) except -1:
     """options: see dispatch.pxd. Collective over comm."""
-    cdef int i
+    cdef int i, a
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi
@@ -67,6 +67,11 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
     for i in range(CAL_CLASSES):
         c.cal.pick[i] = -1
+        c.cal.ncand[i] = 0
+        c.cal.trials[i] = 0
+        for a in range(ALG_COUNT):
+            c.cal.seconds[i][a] = 0
+    c.cal.armed = 0
     if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
         redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
@@ -112,33 +117,35 @@ cdef dict calibration_table(const Calibration* cal):
     return out
 
 
-cdef int _timed_run(void* ctx, char* buf, size_t count, int algo) noexcept nogil:
-    return run_allreduce(<Context*>ctx, buf, count, DT_FLOAT32, OP_SUM, algo, 1)
-
-
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil:
     cdef int cls, model, n = 0, a
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
-    cdef double at, best
+    cdef double best
     if algo != ALG_AUTO:
         return algo
     model = auto_choice(c, nbytes)
     cls = size_class(nbytes)
     if not c.cal.enabled or c.size <= 1 or c.cal.pick[cls] >= 0:
         return model
-    # The candidates: what the model may choose here and predicts within 2.5x of its best.
-    at = <double>nbytes if nbytes < (<size_t>1 << CAL_HIGH) else <double>(<size_t>1 << CAL_HIGH)
-    best = predict(model, at, c.size, c.nodes, c.local_size, &c.model)
-    for a in range(ALG_COUNT):
-        if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
-            pred[n] = predict(a, at, c.size, c.nodes, c.local_size, &c.model)
-            if a == model or pred[n] <= 2.5 * best:
-                cand[n] = a
-                n += 1
-    if n <= 1 or calibrate_class(&c.cal, nbytes, cand, pred, n, c, _timed_run, c.comm, &c.scratch):
-        c.cal.pick[cls] = <signed char>model       # one candidate, or a failure: the model's
-    return c.cal.pick[cls]
+    if c.cal.ncand[cls] == 0:
+        # The candidates: what the model may choose here and predicts within 2.5x of its best.
+        best = predict(model, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+        for a in range(ALG_COUNT):
+            if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
+                pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+                if a == model or pred[n] <= 2.5 * best:
+                    cand[n] = a
+                    n += 1
+        if n <= 1:
+            c.cal.pick[cls] = <signed char>model
+            return model
+        cal_begin(&c.cal, cls, nbytes, cand, pred, n)
+    return cal_next(&c.cal, cls)
+
+
+cdef int resolved_done(Context* c) noexcept nogil:
+    return cal_done(&c.cal, c.comm, &c.scratch)
 
 
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,

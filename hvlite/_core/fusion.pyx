@@ -22,7 +22,8 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport fill_identity
 from hvlite._core.codes cimport ALG_SHM
 from hvlite._core.shm cimport ShmPiece
-from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, run_adasum,
+from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, resolved_done,
+                                    run_adasum,
                                     run_allreduce, run_allreduce_pieces)
 
 
@@ -63,6 +64,14 @@ cdef int _reduce(Context* c, char* buf, size_t total, int dtype, int op, int alg
 
 cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,
                     long divisor) noexcept nogil:
+    """One batch; if auto's choice for it was one of a size class's trials, its time is
+    agreed and recorded afterwards, on every path (dispatch.resolved_done)."""
+    cdef int err = _run_batch_on(c, f, items, batch, divisor), done = resolved_done(c)
+    return err if err else done
+
+
+cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,
+                       long divisor) noexcept nogil:
     cdef Item* it = &items[batch[0]]
     cdef int dtype = it.meta.dtype, op = it.meta.op, err, algo
     cdef bint adasum = op == OP_ADASUM
