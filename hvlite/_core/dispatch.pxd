@@ -33,6 +33,10 @@ cdef dict calibration_table(const Calibration* cal)
 # Adasum goes to run_adasum as one tensor, whatever `algo` says.
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
                        long divisor) noexcept nogil
+# Out of place: input's all-reduce into buf (ring and rhd read input as they go; the others
+# after a copy of input into buf). input == buf: run_allreduce.
+cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t count, int dtype,
+                            int op, int algo, long divisor) noexcept nogil
 # Adasum, in place: `ntensors` tensors of counts[t] elements end to end, each with its own dot
 # products (the algorithm is always adasum.pyx's).
 cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,

@@ -1,5 +1,6 @@
 """Algorithm dispatch on a Context: picks the algorithm ("auto" asks the cost model) and runs it."""
 from libc.stdlib cimport free
+from libc.string cimport memcpy
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
@@ -8,8 +9,8 @@ from hvlite._core.p2p cimport allreduce_fn
 from hvlite._core.codes cimport HV_ERR_SHM
 from hvlite._core.cost_model cimport *
 from hvlite._core.codes cimport *
-from hvlite._core.ring cimport ring_allreduce
-from hvlite._core.rhd cimport rhd_allreduce
+from hvlite._core.ring cimport ring_allreduce, ring_allreduce_from
+from hvlite._core.rhd cimport rhd_allreduce, rhd_allreduce_from
 from hvlite._core.rd cimport rd_allreduce
 from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
@@ -177,6 +178,24 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
                 _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
         else:
             err = _flat_fn(algo)(buf, count, dtype, kop, c.comm, &c.scratch)
+    if err == 0:
+        finish_op(buf, count, dtype, op, divisor)
+    return err
+
+
+cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t count, int dtype,
+                            int op, int algo, long divisor) noexcept nogil:
+    cdef int err
+    cdef size_t es = dtype_size(dtype)
+    if input == buf or count == 0 or op == OP_ADASUM or c.size <= 1 or not (
+            algo == ALG_RING or algo == ALG_RHD):
+        if input != buf and count:
+            memcpy(buf, input, count * es)
+        return run_allreduce(c, buf, count, dtype, op, algo, divisor)
+    if algo == ALG_RING:
+        err = ring_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
+    else:
+        err = rhd_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
     if err == 0:
         finish_op(buf, count, dtype, op, divisor)
     return err

@@ -23,8 +23,8 @@ from hvlite._core.reduce cimport fill_identity
 from hvlite._core.codes cimport ALG_SHM
 from hvlite._core.shm cimport ShmPiece
 from hvlite._core.dispatch cimport (Context, pieces_in_segment, resolve_algorithm, resolved_done,
-                                    run_adasum,
-                                    run_allreduce, run_allreduce_pieces)
+                                    run_adasum, run_allreduce, run_allreduce_from,
+                                    run_allreduce_pieces)
 
 
 cdef size_t item_count(const Meta& m) noexcept nogil:
@@ -97,15 +97,19 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
         return _run_through_segment(c, items, batch, total, divisor, t0)
     if batch.size() == 1:
         if it.req != NULL:
-            if it.req.output != it.req.input and total:
-                memcpy(it.req.output, it.req.input, total * es)
             buf = it.req.output
+            if adasum:
+                if it.req.output != it.req.input and total:
+                    memcpy(it.req.output, it.req.input, total * es)
+                err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
+            else:       # out of place, ring and rhd read the input as they go
+                err = run_allreduce_from(c, it.req.input, buf, total, dtype, op, algo, divisor)
         else:
             buf = <char*>malloc(total * es + 1)
             if buf == NULL:
                 return -1
             fill_identity(buf, total, dtype, op)
-        err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
+            err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
         it.packed = t0
         it.ran = it.unpacked = hv_now()
         if it.req == NULL:

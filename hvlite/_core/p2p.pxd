@@ -26,3 +26,10 @@ cdef int unfolded_rank(int newrank, int n) noexcept nogil
 cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
                          char* acc, size_t rcount, int src,
                          int dtype, int op, MPI_Comm comm, Scratch* s) noexcept nogil
+# The same with acc = init (op) received, segment by segment (init NULL: acc op= received).
+cdef int sendrecv_reduce_from(const char* sbuf, size_t scount, int dest, const char* init,
+                              char* acc, size_t rcount, int src,
+                              int dtype, int op, MPI_Comm comm, Scratch* s) noexcept nogil
+# Out of place: input's all-reduce into buf, without copying input over first (ring, rhd).
+ctypedef int (*allreduce_from_fn)(const char* input, char* buf, size_t count, int dtype, int op,
+                                  MPI_Comm comm, Scratch* s) noexcept nogil

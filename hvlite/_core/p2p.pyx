@@ -6,6 +6,7 @@ Messages never exceed INT_MAX bytes: large transfers go in pieces that both side
 Every wait goes through liveness.wait_all, so a peer lost mid-transfer ends it with HV_ERR_LOST.
 """
 from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
@@ -72,6 +73,15 @@ cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
     Both directions go in segments of s.seg_bytes, so the receiver reduces each segment while it
     is still in cache and the next one is already posted. Sender and receiver cut the same way.
     """
+    return sendrecv_reduce_from(sbuf, scount, dest, NULL, acc, rcount, src, dtype, op, comm, s)
+
+
+cdef int sendrecv_reduce_from(const char* sbuf, size_t scount, int dest, const char* init,
+                              char* acc, size_t rcount, int src,
+                              int dtype, int op, MPI_Comm comm, Scratch* s) noexcept nogil:
+    """sendrecv_reduce, with acc first taking init's elements segment by segment, just before
+    each is reduced (init NULL: acc holds them already). An out-of-place all-reduce saves its
+    copy of the whole input this way: each segment is copied while it is hot."""
     cdef size_t es = dtype_size(dtype)
     cdef size_t seg = s.seg_bytes // es
     if seg == 0:
@@ -117,6 +127,8 @@ cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
             break
         off = j * seg
         n = rcount - off if rcount - off < seg else seg
+        if init != NULL:
+            memcpy(acc + off * es, init + off * es, n * es)
         reduce_into(acc + off * es, s.buf + (j % 2) * s.seg_bytes, n, dtype, op)
     if nsend:
         err2 = wait_all(<int>nsend, sreq, False)

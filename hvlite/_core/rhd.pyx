@@ -16,15 +16,30 @@ on one rank and copied everywhere, so every rank still gets the same bits.
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.p2p cimport block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv, sendrecv_reduce, unfolded_rank
+from libc.string cimport memcpy
+from hvlite._core.p2p cimport (block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv,
+                               sendrecv_reduce_from, unfolded_rank)
 
 
 cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                        Scratch* s) noexcept nogil:
+    return rhd_allreduce_from(NULL, buf, count, dtype, op, comm, s)
+
+
+cdef int rhd_allreduce_from(const char* input, char* buf, size_t count, int dtype, int op,
+                            MPI_Comm comm, Scratch* s) noexcept nogil:
+    """input NULL: in place in buf. Otherwise out of place: the first halving step sends from
+    input and reduces into the half of buf it keeps, taking input's elements segment by segment
+    (every later step stays in that half; the allgather fills the rest). Non-powers of two fold
+    whole buffers first, so there input is copied over at the start."""
     cdef int n = comm_size(comm), err = 0
     cdef size_t es = dtype_size(dtype)
     cdef int p = pow2_floor(n), newrank, mask, partner
     cdef size_t lo, sz, klo, khi, slo, a, b
+    cdef const char* first = input
+    if input != NULL and (n == 1 or p != n):
+        memcpy(buf, input, count * es)
+        first = NULL
     if n == 1:
         return 0
     err = fold_in(buf, count, dtype, op, comm, s, &newrank)
@@ -45,10 +60,13 @@ cdef int rhd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm
                 klo, slo = lo, lo + sz
             a = block_start(count, p, slo)
             b = block_start(count, p, slo + sz)
-            err = sendrecv_reduce(buf + a * es, b - a, partner,
-                                  buf + block_start(count, p, klo) * es,
-                                  block_start(count, p, klo + sz) - block_start(count, p, klo),
-                                  partner, dtype, op, comm, s)
+            err = sendrecv_reduce_from(
+                (first if first != NULL else <const char*>buf) + a * es, b - a, partner,
+                first + block_start(count, p, klo) * es if first != NULL else NULL,
+                buf + block_start(count, p, klo) * es,
+                block_start(count, p, klo + sz) - block_start(count, p, klo),
+                partner, dtype, op, comm, s)
+            first = NULL
             if err:
                 return err
             lo = klo
