@@ -268,8 +268,9 @@ def allreduce_now(x, op, name, algorithm, process_set, inplace):
     return out
 
 
-def _now(st, name, kind, code, op, root, algo, x, out):
-    """Submit on the caller's thread, run it to completion, raise what went wrong."""
+def _now(st, name, kind, code, op, root, algo, x, out, finish=None):
+    """Submit on the caller's thread, run it to completion, raise what went wrong; returns
+    finish(pending) for results the coordinator allocated."""
     p = st.coordinator.submit(name, kind, code, op, root, algo, () if x is None else x.shape,
                               x, out, None, None, True, AUTO_MARK in name)
     if type(p) is tuple:
@@ -278,7 +279,9 @@ def _now(st, name, kind, code, op, root, algo, x, out):
         p.wait()
         if p.status != _DONE:
             raise _exception(p.error_kind, p.error, p.error_code)
+    result = None if finish is None else finish(p)
     p.release()
+    return result
 
 
 def broadcast_now(x, root_rank, name, process_set, inplace):
@@ -309,18 +312,8 @@ def allgather_now(x, name, process_set):
     if code is None:
         return None
     st = runtime.current().global_state
-    name = name or st.auto_name("allgather")
-    p = st.coordinator.submit(name, ALLGATHER, code, 0, 0, 0, x.shape, x, None, None, None,
-                              True, AUTO_MARK in name)
-    if type(p) is tuple:
-        raise _exception(*p)
-    if p.status != _DONE:
-        p.wait()
-        if p.status != _DONE:
-            raise _exception(p.error_kind, p.error, p.error_code)
-    out = _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits))
-    p.release()
-    return out
+    return _now(st, name or st.auto_name("allgather"), ALLGATHER, code, 0, 0, 0, x, None,
+                lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits)))
 
 
 def barrier_now(process_set):

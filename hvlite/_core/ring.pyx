@@ -9,8 +9,7 @@ copies owned blocks around, so every rank ends with the owner's bits.
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from libc.string cimport memcpy
-from hvlite._core.p2p cimport (block_start, comm_size, comm_rank, sendrecv, sendrecv_reduce,
-                               sendrecv_reduce_from)
+from hvlite._core.p2p cimport block_start, comm_size, comm_rank, sendrecv, sendrecv_reduce_from
 
 
 cdef int ring_owned_block(int rank, int n) noexcept nogil:
@@ -19,8 +18,17 @@ cdef int ring_owned_block(int rank, int n) noexcept nogil:
 
 cdef int ring_reduce_scatter(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                              Scratch* s) noexcept nogil:
+    return _reduce_scatter(NULL, buf, count, dtype, op, comm, s)
+
+
+cdef int _reduce_scatter(const char* input, char* buf, size_t count, int dtype, int op,
+                         MPI_Comm comm, Scratch* s) noexcept nogil:
+    """input NULL: in place. Otherwise every block a rank reduces is one it has not touched yet,
+    so each takes input's elements segment by segment as it is reduced, and the first step sends
+    straight from input."""
     cdef int n = comm_size(comm), r = comm_rank(comm), step, sb, rb, err
     cdef size_t es = dtype_size(dtype), so, sl, ro, rl
+    cdef const char* src
     if n == 1:
         return 0
     for step in range(n - 1):
@@ -30,8 +38,10 @@ cdef int ring_reduce_scatter(char* buf, size_t count, int dtype, int op, MPI_Com
         sl = block_start(count, n, sb + 1) - so
         ro = block_start(count, n, rb)
         rl = block_start(count, n, rb + 1) - ro
-        err = sendrecv_reduce(buf + so * es, sl, (r + 1) % n, buf + ro * es, rl, (r - 1 + n) % n,
-                              dtype, op, comm, s)
+        src = input if input != NULL and step == 0 else <const char*>buf
+        err = sendrecv_reduce_from(src + so * es, sl, (r + 1) % n,
+                                   input + ro * es if input != NULL else NULL, buf + ro * es, rl,
+                                   (r - 1 + n) % n, dtype, op, comm, s)
         if err:
             return err
     return 0
@@ -66,26 +76,12 @@ cdef int ring_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm com
 
 cdef int ring_allreduce_from(const char* input, char* buf, size_t count, int dtype, int op,
                              MPI_Comm comm, Scratch* s) noexcept nogil:
-    """Out of place: every block a rank reduces during the reduce-scatter is one it has not
-    touched yet, so each takes input's elements segment by segment as it is reduced, and the
-    first step sends straight from input; the allgather then fills the rest of buf."""
-    cdef int n = comm_size(comm), r = comm_rank(comm), step, sb, rb, err
-    cdef size_t es = dtype_size(dtype), so, sl, ro, rl
-    cdef const char* src
-    if n == 1:
-        memcpy(buf, input, count * es)
+    """Out of place: the reduce-scatter reads input as it goes, the allgather fills the rest."""
+    cdef int err
+    if comm_size(comm) == 1:
+        memcpy(buf, input, count * dtype_size(dtype))
         return 0
-    for step in range(n - 1):
-        sb = (r - step + n) % n
-        rb = (r - step - 1 + 2 * n) % n
-        so = block_start(count, n, sb)
-        sl = block_start(count, n, sb + 1) - so
-        ro = block_start(count, n, rb)
-        rl = block_start(count, n, rb + 1) - ro
-        src = input if step == 0 else <const char*>buf
-        err = sendrecv_reduce_from(src + so * es, sl, (r + 1) % n,
-                                   input + ro * es, buf + ro * es, rl, (r - 1 + n) % n,
-                                   dtype, op, comm, s)
-        if err:
-            return err
-    return ring_allgather(buf, count, es, comm)
+    err = _reduce_scatter(input, buf, count, dtype, op, comm, s)
+    if err:
+        return err
+    return ring_allgather(buf, count, dtype_size(dtype), comm)
