@@ -152,14 +152,14 @@ def measure_cost_model(comm, local, cross, defaults):
         if partner >= n:
             return 0.0, 0.0
         small = pingpong(c, partner, 8, 30)
-        large = pingpong(c, partner, 1 << 20, 4)
+        large = pingpong(c, partner, 1 << 20, 9)
         return small, max(large - small, 1e-12) / (1 << 20)
 
     a_in, b_in = pair(local)
     # the model's beta_inter is one node's link (cost_model.pyx): one pair per pair of nodes
     # crosses, the local ranks 0, alone on the link
     a_x, b_x = pair(cross) if local.Get_rank() == 0 else (0.0, 0.0)
-    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(), copy_seconds_per_byte()])
+    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(reps=5), copy_seconds_per_byte(reps=5)])
     worst = np.empty_like(mine)
     comm.Allreduce(mine, worst, op=MPI.MAX)
     model = dict(defaults)

@@ -3,8 +3,8 @@ over several init()/shutdown() cycles in one job.
 
     mpiexec -n 4 python scripts/bench_cost_model.py [--runs 5] [--sizes 4K,64K,1M,16M]
 
-Each run re-measures the model at init() and, for each size, lets the first auto all-reduce of
-that size class measure its candidates. Printed (rank 0): every figure per run with its spread
+Each run re-measures the model at init() and, for each size, makes 16 auto all-reduces, the
+first of which try the size class's candidates. Printed (rank 0): every figure per run with its spread
 (max/min over the runs), then each size's pick and measured times per run, and whether the pick
 held in every run. Where two candidates are within a few per cent of each other the pick may
 change between runs; the table shows by how much it could matter (the slower pick's time over
@@ -35,9 +35,10 @@ def one_run(sizes):
     hvd.init()
     coord = hvd._current().global_state.coordinator
     model = dict(coord.cost_model())
-    for n in sizes:
+    for n in sizes:         # enough calls for each class's trials (two per candidate)
         x = np.ones(n // 4, np.float32)
-        hvd.allreduce_(x, op=hvd.Sum, name=f"cm.{n}")
+        for _ in range(16):
+            hvd.allreduce_(x, op=hvd.Sum, name=f"cm.{n}")
     table = coord.calibration()
     nodes = hvd.cross_size()
     hvd.shutdown()
