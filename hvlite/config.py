@@ -118,9 +118,9 @@ class Settings:
         "uses the `HVLITE_ALPHA_*`, `HVLITE_BETA_*` and `HVLITE_GAMMA` figures.")
     calibrate: bool = _setting(
         True, "HVLITE_CALIBRATE",
-        "The first `auto` all-reduce of each size class (powers of two, 1 KiB to 16 MiB) times "
-        "the algorithms the cost model puts within 2.5x of its best and keeps the fastest "
-        "(the slowest rank's medians, so all ranks agree); `0` leaves `auto` to the model.")
+        "`auto` tries, on each size class's first calls (powers of two, 1 KiB to 16 MiB), the "
+        "algorithms the cost model puts within 2.5x of its best, three times each, and keeps the "
+        "fastest (the slowest rank's times, so all ranks agree); `0` leaves `auto` to the model.")
     autotune: bool = _setting(
         False, "HVLITE_AUTOTUNE",
         "Tune the fusion threshold and cycle time over the first steps, then freeze "

@@ -76,7 +76,7 @@ def measure(rt, fns, budget_s, max_reps):
         once(c)
         once(c)
     # auto tries its candidates on a size's first calls (calibrate.pyx): time it once settled
-    for _ in range(12):
+    for _ in range(16):
         for c in AUTO_COLUMNS:
             if c in fns:
                 once(c)

@@ -3,7 +3,7 @@ over several init()/shutdown() cycles in one job.
 
     mpiexec -n 4 python scripts/bench_cost_model.py [--runs 5] [--sizes 4K,64K,1M,16M]
 
-Each run re-measures the model at init() and, for each size, makes 16 auto all-reduces, the
+Each run re-measures the model at init() and, for each size, makes 20 auto all-reduces, the
 first of which try the size class's candidates. Printed (rank 0): every figure per run with its spread
 (max/min over the runs), then each size's pick and measured times per run, and whether the pick
 held in every run. Where two candidates are within a few per cent of each other the pick may
@@ -37,7 +37,7 @@ def one_run(sizes):
     model = dict(coord.cost_model())
     for n in sizes:         # enough calls for each class's trials (two per candidate)
         x = np.ones(n // 4, np.float32)
-        for _ in range(16):
+        for _ in range(20):
             hvd.allreduce_(x, op=hvd.Sum, name=f"cm.{n}")
     table = coord.calibration()
     nodes = hvd.cross_size()

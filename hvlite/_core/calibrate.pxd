@@ -8,7 +8,7 @@ cdef enum:
     CAL_HIGH = 24
     CAL_CLASSES = CAL_HIGH - CAL_LOW + 1
     CAL_MAX_CANDIDATES = 8
-    CAL_TRIALS = 2           # calls per candidate; the faster of them counts
+    CAL_TRIALS = 3           # calls per candidate; the median counts
 
 # What auto measured: per size class the candidates, their trial times (the slowest rank's) and
 # the pick (-1: still trying).
@@ -18,7 +18,8 @@ cdef struct Calibration:
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
     signed char pick[CAL_CLASSES]
     double at_bytes[CAL_CLASSES]
-    double seconds[CAL_CLASSES][ALG_COUNT]         # each candidate's best trial; 0: none
+    double seconds[CAL_CLASSES][ALG_COUNT]         # each candidate's median trial; 0: none
+    double trial[CAL_CLASSES][CAL_MAX_CANDIDATES][CAL_TRIALS]
     int ncand[CAL_CLASSES]                          # 0: trials not begun
     int trials[CAL_CLASSES]                         # trial calls completed
     int cand[CAL_CLASSES][CAL_MAX_CANDIDATES]

@@ -1,8 +1,8 @@
 """auto's choice, measured on the job's own calls. The cost model ranks the algorithms from a
 few probes; on a busy or oversubscribed node its figures drift (4 ranks on 2 cores: it took shm
 at 16 MiB where ring ran 1.26x faster). So the model only proposes: the first calls of each size
-class (powers of two) run, in turn, the algorithms it predicts within 2.5x of its best, twice
-each, and the class keeps the fastest for good.
+class (powers of two) run, in turn, the algorithms it predicts within 2.5x of its best, three
+times each, and the class keeps the fastest for good.
 
 The trials are the job's real calls, on its buffers, between its other work: timing the same
 algorithms on a scratch buffer back to back at the first call measured other things (shm at
@@ -12,8 +12,9 @@ additions, and within a call the same bits on every rank.
 
 Every rank resolves the same calls in the same order, so they try the same candidate on the
 same call; after each trial the slowest rank's time is agreed with an 8-byte all-reduce (MAX),
-so every rank records the same times and picks alike. A candidate's time is the faster of its
-two calls (the first may pay a connection or a page fault), and among the candidates within 10%
+so every rank records the same times and picks alike. A candidate's time is the median of its
+three calls (the first may pay a connection or a page fault; with two and the faster, a lucky
+call of rhd beat shm at 256 KiB on 4 ranks where shm runs 1.5x faster), and among the candidates within 10%
 of the fastest the model's order decides (identical columns of one benchmark run differ by 5-10%
 here).
 """
@@ -60,6 +61,14 @@ cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
     return cal.cand[cls][k]
 
 
+cdef double _median3(const double* t) noexcept nogil:
+    if (t[1] <= t[0] <= t[2]) or (t[2] <= t[0] <= t[1]):
+        return t[0]
+    if (t[0] <= t[1] <= t[2]) or (t[2] <= t[1] <= t[0]):
+        return t[1]
+    return t[2]
+
+
 cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
     cdef int n = cal.ncand[cls], i, best = 0
     cdef double fastest
@@ -83,7 +92,7 @@ cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
 
 
 cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil:
-    cdef int cls = cal.armed - 1, err, algo
+    cdef int cls = cal.armed - 1, err, k
     cdef double t
     if cal.armed == 0:
         return 0
@@ -92,10 +101,10 @@ cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil:
     err = rd_allreduce(<char*>&t, 1, DT_FLOAT64, OP_MAX, comm, s)
     if err:
         return err
-    algo = cal.cand[cls][cal.armed_k]
-    if cal.seconds[cls][algo] == 0 or t < cal.seconds[cls][algo]:
-        cal.seconds[cls][algo] = t
+    cal.trial[cls][cal.armed_k][cal.trials[cls] // cal.ncand[cls]] = t
     cal.trials[cls] += 1
     if cal.trials[cls] >= CAL_TRIALS * cal.ncand[cls]:
+        for k in range(cal.ncand[cls]):
+            cal.seconds[cls][cal.cand[cls][k]] = _median3(cal.trial[cls][k])
         _decide(cal, cls, comm)
     return 0
