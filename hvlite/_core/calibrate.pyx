@@ -14,9 +14,9 @@ Every rank resolves the same calls in the same order, so they try the same candi
 same call; after each trial the slowest rank's time is agreed with an 8-byte all-reduce (MAX),
 so every rank records the same times and picks alike. A candidate's time is the median of its
 three calls (the first may pay a connection or a page fault; with two and the faster, a lucky
-call of rhd beat shm at 256 KiB on 4 ranks where shm runs 1.5x faster), and among the candidates within 10%
-of the fastest the model's order decides (identical columns of one benchmark run differ by 5-10%
-here).
+call of rhd beat shm at 256 KiB on 4 ranks where shm runs 1.5x faster), and among the
+candidates within 10% of the fastest the model's order decides (identical columns of one
+benchmark run differ by 5-10% here).
 """
 from libc.stdio cimport fprintf, stderr
 from mpi4py.libmpi cimport *

@@ -165,14 +165,13 @@ cdef class Coordinator:
         self.layout_dirty = True
         self.nwords = 2 * ((cache_capacity + 63) // 64) + 1
         # the same on every rank: one node, a segment agreed at init, no region
-        self.node_agree = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
-                           and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size
-                           and ride_bytes == 0 and 8 * <size_t>self.nwords <= self.ctx.shm.seg)
-        mine = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
-                and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size
-                and self.ctx.shm.me == self.ctx.rank)
+        one_node = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
+                    and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size)
+        self.node_agree = one_node and ride_bytes == 0 and 8 * <size_t>self.nwords <= self.ctx.shm.seg
+        # the segment's slots in the set's rank order, on every rank
         from mpi4py.MPI import MIN
-        self.node_copies = comm.allreduce(1 if mine else 0, op=MIN) == 1   # alike everywhere
+        self.node_copies = comm.allreduce(
+            1 if one_node and self.ctx.shm.me == self.ctx.rank else 0, op=MIN) == 1
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())

@@ -1,4 +1,5 @@
-"""Algorithm dispatch on a Context: picks the algorithm ("auto" asks the cost model) and runs it."""
+"""Algorithm dispatch on a Context: picks the algorithm ("auto": the cost model proposes, the
+job's first calls of each size class decide, calibrate.pyx) and runs it."""
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 cimport mpi4py.MPI as MPI
