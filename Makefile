@@ -57,7 +57,9 @@ ASAN_TESTS ?= 'tests/test_work.py' 'tests/_core/test_coordinator.py::test_coordi
     'tests/test_process_sets.py::test_process_sets[3]' 'tests/torch/test_torch.py::test_torch_collectives[2]' \
     'tests/torch/test_torch.py::test_torch_process_sets_and_compression[2]' \
     'tests/faults/test_lost.py::test_lost_rank[sigstop-3-last-small]' \
-    'tests/faults/test_lost.py::test_silent_rank_is_named_and_stalls_fail[3]'
+    'tests/faults/test_lost.py::test_silent_rank_is_named_and_stalls_fail[3]' \
+    'tests/_core/test_calibrate.py::test_calibration[3]' \
+    'tests/_core/test_algorithms.py::test_shm_segment_and_coordinator[4-env2]'
 
 test-asan: install
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
