@@ -34,6 +34,9 @@ from hvlite._core.p2p cimport block_start, comm_size
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
 
+cdef extern from "stream.h" nogil:
+    void hv_stream_copy(char* dst, const char* src, size_t n)
+
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
 
@@ -288,8 +291,10 @@ cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int
         if take:
             at = (a - p[i].start) * es
             if not gather:
-                if p[i].output != NULL:
+                if p[i].output != NULL and p[i].output == p[i].input:
                     memcpy(p[i].output + at, buf, take * es)
+                elif p[i].output != NULL:       # memory this batch has not read: no line fills
+                    hv_stream_copy(p[i].output + at, buf, take * es)
             elif p[i].input != NULL:
                 memcpy(buf, p[i].input + at, take * es)
             else:
