@@ -159,7 +159,8 @@ def measure_cost_model(comm, local, cross, defaults):
     # the model's beta_inter is one node's link (cost_model.pyx): one pair per pair of nodes
     # crosses, the local ranks 0, alone on the link
     a_x, b_x = pair(cross) if local.Get_rank() == 0 else (0.0, 0.0)
-    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(reps=5), copy_seconds_per_byte(reps=5)])
+    mine = np.array([a_in, b_in, a_x, b_x, reduce_seconds_per_byte(reps=5),
+                     copy_seconds_per_byte(reps=5)])
     worst = np.empty_like(mine)
     comm.Allreduce(mine, worst, op=MPI.MAX)
     model = dict(defaults)
@@ -179,7 +180,8 @@ def log_cost_model(model, n, nodes, local_size, uniform, shm=False, calibrate=Tr
           f"shm barrier {m['alpha_shm'] * 1e6:.2f} us, copy {1 / m['beta_mem'] / 1e9:.2f} GB/s\n"
           f"hvlite: auto on {n} ranks, {nodes} node(s), by the model: "
           f"{real_names(crossovers(n, model, nodes, local_size, uniform, shm), nodes)}; "
-          f"{'each size class is measured on first use' if calibrate else 'not measured (HVLITE_CALIBRATE=0)'}",
+          + ("each size class tries its candidates on its first calls" if calibrate
+             else "no trials (HVLITE_CALIBRATE=0)"),
           file=sys.stderr, flush=True)
 
 

@@ -226,7 +226,7 @@ def check_build():
         lines.append(f"    {n:>2} ranks, one node: {crossovers(n, model, shm=s.shm)}")
     lines.append(f"    16 ranks, 4 nodes:   "
                  f"{real_names(crossovers(16, model, nodes=4, local_size=4, shm=s.shm), 4)}")
-    lines.append("    (a job times the candidates near each pick on first use of a size class: "
+    lines.append("    (a job tries the candidates near each pick on a size class's first calls: "
                  + ("HVLITE_CALIBRATE=1)" if s.calibrate else "off, HVLITE_CALIBRATE=0)"))
     print("\n".join(lines))
     return 0
