@@ -239,20 +239,28 @@ def _now_code(dtype):
     return code
 
 
+def _plain_code(x, name, process_set, inplace):
+    """The dtype code of `x` when the lean paths can take it (a plain C-contiguous NumPy array,
+    writable if reduced in place, on the global set, a str name or none), else None."""
+    if (type(x) is not np.ndarray or process_set is not global_process_set
+            or (name is not None and type(name) is not str)):
+        return None
+    flags = x.flags
+    if not flags.c_contiguous or (inplace and not flags.writeable):
+        return None
+    return _now_code(x.dtype)
+
+
 def allreduce_now(x, op, name, algorithm, process_set, inplace):
     """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set, without
     the general path's conversions, closures and handle (they were
     most of a small call's cost). Returns None when anything needs the general path, which then
     checks, poisons and raises as usual: this one has nothing left that can be wrong locally."""
-    if (type(x) is not np.ndarray or process_set is not global_process_set
-            or (algorithm is not None and type(algorithm) is not str)):
+    code = _plain_code(x, name, process_set, inplace)
+    if code is None or (algorithm is not None and type(algorithm) is not str):
         return None
     o = _NOW_OPS.get(op)
-    code = _now_code(x.dtype)
-    if code is None or o is None or (name is not None and type(name) is not str):
-        return None
-    flags = x.flags
-    if not flags.c_contiguous or (inplace and not flags.writeable):
+    if o is None:
         return None
     st = runtime.current().global_state
     algo = st.algorithm_codes.get(algorithm)
@@ -287,12 +295,8 @@ def _now(st, name, kind, code, op, root, algo, x, out, finish=None):
 def broadcast_now(x, root_rank, name, process_set, inplace):
     """broadcast / broadcast_ of a plain C-contiguous NumPy array on the global set, the lean way
     (as allreduce_now); None: the general path takes it."""
-    if (type(x) is not np.ndarray or process_set is not global_process_set
-            or (name is not None and type(name) is not str) or type(root_rank) is not int):
-        return None
-    code = _now_code(x.dtype)
-    flags = x.flags
-    if code is None or not flags.c_contiguous or (inplace and not flags.writeable):
+    code = _plain_code(x, name, process_set, inplace)
+    if code is None or type(root_rank) is not int:
         return None
     st = runtime.current().global_state
     if not 0 <= root_rank < st.size:
@@ -305,11 +309,8 @@ def broadcast_now(x, root_rank, name, process_set, inplace):
 def allgather_now(x, name, process_set):
     """allgather of a plain C-contiguous NumPy array of at least one dimension on the global
     set, the lean way (as allreduce_now); None: the general path takes it."""
-    if (type(x) is not np.ndarray or process_set is not global_process_set or x.ndim == 0
-            or (name is not None and type(name) is not str) or not x.flags.c_contiguous):
-        return None
-    code = _now_code(x.dtype)
-    if code is None:
+    code = _plain_code(x, name, process_set, False)
+    if code is None or x.ndim == 0:
         return None
     st = runtime.current().global_state
     return _now(st, name or st.auto_name("allgather"), ALLGATHER, code, 0, 0, 0, x, None,

@@ -15,20 +15,9 @@ import argparse
 import numpy as np
 
 import hvlite as hvd
+from bench_allreduce import human, parse_size
 
 FIGURES = ("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "gamma", "alpha_shm", "beta_mem")
-
-
-def parse_size(s):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * units[s[-1]]) if s[-1] in units else int(s)
-
-
-def human(n):
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n // k} {unit}"
-    return f"{n} B"
 
 
 def one_run(sizes):

@@ -94,6 +94,8 @@ def test_shm_settings():
     assert s.context_args() == (False, 65536, 0, True, 1)
     assert load({"HVLITE_CALIBRATE": "0"}).context_args()[4] == 0
     assert load({"HVLITE_LOG_LEVEL": "debug"}).context_args()[4] == 2
+    with pytest.raises(ConfigError, match="HVLITE_CALIBRATE.*boolean"):
+        load({"HVLITE_CALIBRATE": "sometimes"})
     assert s.cost_model()["alpha_shm"] == 2e-7 and s.cost_model()["beta_mem"] == 1e-10
     assert load({}).shm_redundant_bytes == -1          # by node size, at init
     with pytest.raises(ConfigError, match="HVLITE_SHM_SEGMENT_BYTES.*out of range"):
