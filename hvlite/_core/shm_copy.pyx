@@ -37,23 +37,21 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
                        char** result, int64_t* total_rows, vector[int64_t]& all_rows,
                        bint same_rows) noexcept nogil:
     """Every rank's rows, in rank order, into a result allocated here at its final size
-    (mpi_collectives' allgather, through the segment). `same_rows`: every rank is known to hold
-    as many rows as this one, so the counts need no exchange."""
+    (mpi_collectives' allgather, through the segment). The counts always go through the
+    segment (one barrier): `same_rows` is this rank's belief, and a rank that has joined holds
+    none while the others' cache hit says all are equal; skipping the exchange on some ranks
+    only would leave the node's barriers out of step (a hang)."""
     cdef int r, p, err
     cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b
     cdef vector[size_t] at
     all_rows.resize(a.L)
-    if same_rows:
-        for r in range(a.L):
-            all_rows[r] = rows
-    else:
-        p = (a.epoch + 1) & 1
-        memcpy(shm_slot(a, a.me, p), &rows, sizeof(int64_t))
-        err = shm_barrier(a)
-        if err:
-            return err
-        for r in range(a.L):
-            memcpy(&all_rows[r], shm_slot(a, r, p), sizeof(int64_t))
+    p = (a.epoch + 1) & 1
+    memcpy(shm_slot(a, a.me, p), &rows, sizeof(int64_t))
+    err = shm_barrier(a)
+    if err:
+        return err
+    for r in range(a.L):
+        memcpy(&all_rows[r], shm_slot(a, r, p), sizeof(int64_t))
     total_rows[0] = 0
     at.resize(a.L)
     for r in range(a.L):
