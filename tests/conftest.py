@@ -5,6 +5,7 @@ a timeout fails the calling test and shows every rank's output, lines prefixed b
 timeout the whole process group is killed, so a hang costs its timeout and never the CI run.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,101 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
+def _descendants(root):
+    """Every process below `root` (mpiexec's proxies put each rank in a group of its own)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _dump_python_stacks(root, grace=5.0):
+    """Before a hung launch is killed: SIGABRT its Python processes, whose fault handler (pytest
+    turns it on, PYTHONFAULTHANDLER elsewhere) prints every thread's stack into the output, so
+    the report shows where each rank waited."""
+    pids = []
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if b"python" in os.path.basename(argv0):
+            pids.append(pid)
+    native = _native_stacks(pids)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if not _gone(p)]
+        time.sleep(0.1)
+    return native
+
+
+_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-f]+ in )?(\S+) \(")
+
+
+def _compact_stacks(text):
+    """gdb's backtraces as one line per thread, innermost first: the first frames and every
+    frame of the extension modules, without the interpreter's own."""
+    lines, frames, head = [], [], None
+    for ln in text.splitlines() + ["Thread end"]:
+        if ln.startswith("Thread"):
+            if head is not None:
+                lines.append(f"  {head}: " + " <- ".join(frames))
+            head, frames = ln.split("(", 1)[0].strip(), []
+            continue
+        m = _FRAME.match(ln)
+        if not m:
+            continue
+        fn = m.group(1)
+        if "__pyx_" in fn:
+            frames.append(re.sub(r"^__pyx_\w*?_\d+hvlite_\d+_core_\d+", "", fn))
+        elif len(frames) < 4 and not fn.startswith(("_Py", "Py", "cfunction", "method_")):
+            frames.append(fn)
+    return "\n".join(lines)
+
+
+def _native_stacks(pids, limit=8):
+    """Every thread's C stack of up to `limit` hung processes (gdb, where it is installed and
+    may attach): the coordinator's threads run without Python frames."""
+    gdb = shutil.which("gdb")
+    if not gdb:
+        return ""
+    out = []
+    for pid in pids[:limit]:
+        try:
+            r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                                "-ex", "thread apply all bt 30"], capture_output=True,
+                               text=True, timeout=30)
+            out.append(f"native stacks of pid {pid}:\n" + _compact_stacks(r.stdout))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.append(f"--- pid {pid}: gdb failed: {e}")
+    return "\n".join(out)
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def run_bounded(cmd, timeout, what, env=None, cwd=ROOT, merge_stderr=True, on_timeout=None):
     """Run cmd in a session of its own; past `timeout` kill its whole process group (then call
     on_timeout(), to kill what escaped it) and fail the test showing the output. Returns
@@ -35,11 +131,12 @@ def run_bounded(cmd, timeout, what, env=None, cwd=ROOT, merge_stderr=True, on_ti
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        native = _dump_python_stacks(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         if on_timeout:
             on_timeout()
         out, err = proc.communicate()
-        pytest.fail(f"{what} hung: killed after {timeout}s. Output:\n{out}\n{err or ''}",
+        pytest.fail(f"{what} hung: killed after {timeout}s. Output:\n{out}\n{err or ''}\n{native}",
                     pytrace=False)
     return proc.returncode, out, err, time.monotonic() - t0
 
@@ -67,6 +164,7 @@ def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True, rank_en
         cmd = [mpiexec, "-n", str(n), "-prepend-rank"] + inner + list(args)
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
+    full_env["PYTHONFAULTHANDLER"] = "1"           # a hung rank's stacks, when the timeout hits
     full_env.update(env or {})
     rc, out, _, took = run_bounded(
         cmd, timeout, f"{target} on {n} ranks (env {env or {}}, per rank {rank_env or {}})",
