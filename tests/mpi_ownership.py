@@ -89,6 +89,25 @@ def test_ten_thousand_dropped_handles_stay_in_bounds():
         print(f"dropped {DROPS} handles: resident memory grew {grown / 2**20:.1f} MiB")
 
 
+def test_a_reused_name_that_completes_meanwhile_is_no_error():
+    """An automatic name comes round again while its last request is still in flight: submit
+    waits for that one. When it completes between submit's look at the name and its search
+    for the request, the new call goes ahead (it once raised 'already in flight' on that rank
+    alone, and the others then waited for ever). The window is widened here to make it happen."""
+    from hvlite._core.coordinator import _widen_submit_race
+    hvd.init()
+    x = np.ones(64, np.float32)
+    _widen_submit_race(2e-3)
+    try:
+        for _ in range(400):
+            hvd.allreduce_async(x, op=hvd.Sum)      # dropped: names cycle every 60 calls
+            hvd.barrier_async()
+    finally:
+        _widen_submit_race(0)
+    hvd.barrier()
+    checked_allreduce(6)
+
+
 def test_dropped_results_are_the_same_when_synchronized_later():
     """A dropped handle's buffers stayed valid: a handle kept beside it still reads right."""
     hvd.init()

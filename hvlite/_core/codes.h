@@ -44,6 +44,7 @@
     X(HV_ERR_COUNT, -3, "a message of more than INT_MAX elements or bytes; MPI counts are int") \
     X(HV_ERR_TIMEOUT, -7, "no answer from the peer within the time limit") \
     X(HV_ERR_LOST, -8, "a peer rank stopped answering while this one waited on it (lost)") \
+    X(HV_ERR_DESYNC, -9, "the node's ranks fell out of step in their shared segment (an internal error)") \
     X(HV_MISMATCH, -100, "the ranks disagree on the call (count, dtype, op or algorithm)")
 
 #define HV_ENUM2(name, text) name,

@@ -25,6 +25,7 @@ coordinator with a LostRankError naming it and what was in flight.
 from cython.operator cimport dereference as deref
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
+from libc.stdio cimport fprintf, stderr
 from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -65,6 +66,16 @@ cdef extern from *:
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter, Compare](Iter first, Iter last, Compare comp)
+
+
+cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
+
+
+def _widen_submit_race(double seconds):
+    """Tests only: make submit() sleep between finding a name in flight and looking for its
+    request, the window in which that request may complete (it must then go ahead, not fail)."""
+    global _race_pause
+    _race_pause = seconds
 
 
 cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
@@ -167,7 +178,7 @@ cdef class Coordinator:
         # the same on every rank: one node, a segment agreed at init, no region
         one_node = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
                     and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size)
-        self.node_agree = one_node and ride_bytes == 0 and 8 * <size_t>self.nwords <= self.ctx.shm.seg
+        self.node_agree = one_node and ride_bytes == 0 and 8 * (<size_t>self.nwords + 1) <= self.ctx.shm.seg
         # the segment's slots in the set's rank order, on every rank
         from mpi4py.MPI import MIN
         self.node_copies = comm.allreduce(
@@ -210,16 +221,20 @@ cdef class Coordinator:
         cdef Request* req
         cdef int problem = 0
         cdef Pending p
-        for attempt in range(2):
+        for attempt in range(3):
             hv_lock(&self.qmon)
             problem = 1 if self.dead else (2 if self.inflight.count(cname) else 0)
             hv_unlock(&self.qmon)
-            if problem != 2 or attempt:
+            if problem != 2 or attempt == 2:
                 break
+            if _race_pause > 0:
+                with nogil:
+                    hv_sleep(_race_pause)
             p = self._dropped(cname, reused)
-            if p is None:
-                break
-            p.wait()
+            if p is not None:
+                p.wait()
+            # else a live handle holds it (an error), unless it completed between the check
+            # and the search (then it is no longer in flight): ask again either way
         if problem == 0:
             req = new Request()
             req.name = cname
@@ -796,6 +811,9 @@ cdef class Coordinator:
         cdef Item item
         it = self.pending.find(a.name)
         item.req = deref(it).second if it != self.pending.end() else NULL
+        if item.req == NULL and not self.joined and a.status == RESP_OK:
+            fprintf(stderr, b"hvlite: internal error: rank %d was answered for '%s', which it has not submitted\n",
+                    self.ctx.rank, a.name.c_str())
         if a.slot >= 0 and self.ctx.rank != 0:
             cache_put(&self.cache, <int>a.slot, a.name, a.meta)
         if a.status != RESP_OK:

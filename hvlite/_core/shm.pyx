@@ -23,6 +23,7 @@ exclusive create succeeded ever unlinks it: a failed create never removes anothe
 import os
 from libc.errno cimport errno
 from libc.string cimport memcpy, memset, strncpy
+from libc.stdio cimport fprintf, stderr
 from libc.stdint cimport uint64_t
 from posix.mman cimport shm_open, shm_unlink, mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
 from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
@@ -31,7 +32,7 @@ from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into, fill_identity
 from hvlite._core.p2p cimport block_start, comm_size
-from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST
+from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST, HV_ERR_DESYNC
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
 
 cdef extern from "stream.h" nogil:
@@ -123,17 +124,28 @@ cdef int shm_barrier(ShmArea* a) noexcept nogil:
 cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil:
     """The negotiation round's agreement on one node: each rank's words into its slot, one
     barrier, then every rank ANDs every slot (the order does not matter, so every rank gets the
-    same bits). A few flag reads instead of MPI messages."""
+    same bits). A few flag reads instead of MPI messages. Each slot also carries its rank's
+    barrier count: every use of the segment must take the same barriers on every rank, and a
+    rank one barrier off would read slots not yet written and, later, wait for ever; the
+    round checks it (one word) and fails with HV_ERR_DESYNC instead."""
     cdef int p = (a.epoch + 1) & 1, r, i
     cdef const uint64_t* other
-    memcpy(_slot(a, a.me, p), words, <size_t>n * 8)
+    cdef uint64_t* mine = <uint64_t*>_slot(a, a.me, p)
+    memcpy(mine, words, <size_t>n * 8)
+    mine[n] = <uint64_t>(a.epoch + 1)
     _barrier(a)
+    if a.lost:
+        return a.lost
     for r in range(a.L):
         if r != a.me:
             other = <const uint64_t*>_slot(a, r, p)
+            if other[n] != <uint64_t>a.epoch:
+                fprintf(stderr, b"hvlite: internal error: node rank %d is at shared-segment barrier %lld, node rank %d at %lld\n",
+                        a.me, a.epoch, r, <long long>other[n])
+                return HV_ERR_DESYNC
             for i in range(n):
                 words[i] &= other[i]
-    return a.lost
+    return 0
 
 
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
