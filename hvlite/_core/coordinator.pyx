@@ -45,7 +45,7 @@ from hvlite._core.controller cimport table_init, controller_respond
 from hvlite._core.stall cimport Stall, stall_init, stall_due
 from hvlite._core.transport cimport transport_gather, transport_bcast
 from hvlite._core.agree cimport Ride, agree
-from hvlite._core.shm cimport shm_and_words
+from hvlite._core.shm cimport shm_and_words, shm_beats
 from hvlite._core.reduce cimport finish_op, kernel_op
 from hvlite._core.describe cimport int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
@@ -57,7 +57,7 @@ from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 cimport mpi4py.MPI as MPI
 from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_current,
-                                    watch_poll, watch_ping_all, watch_quiesce)
+                                    watch_poll, watch_ping_all, watch_quiesce, watch_share_beats)
 
 cnp.import_array()
 
@@ -164,8 +164,16 @@ cdef class Coordinator:
         `ride_bytes`: room for small all-reduces in the agreement message (the same on every
         rank)."""
         context_init(&self.ctx, comm, local, cross, uniform, nodes, segment_bytes, cost_model, options)
+        cdef size_t stride = 0
+        cdef char* beats
         if control is not None:
             watch_init(&self.watch, (<MPI.Comm>control).ob_mpi, ping_after, lost_after)
+            beats = shm_beats(&self.ctx.shm, &stride)
+            if beats != NULL:       # the same on every rank of the node (agreed when mapped)
+                slots = [-1] * self.ctx.size
+                for i, r in enumerate(local.allgather(self.ctx.rank)):
+                    slots[r] = i
+                watch_share_beats(&self.watch, beats, stride, slots)
         for r in (ranks if ranks is not None else range(self.ctx.size)):
             self.granks.push_back(int(r))
         self.fusion.threshold = fusion_threshold

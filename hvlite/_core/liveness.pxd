@@ -23,8 +23,18 @@ cdef struct Watch:
     int64_t* sent                # per peer: messages sent to it, and received from it
     int64_t* got
     bint quiet                   # quiesced: nothing of the watch is in flight any more
+    # Peers on this node also beat in shared memory (watch_share_beats): a peer whose beat goes
+    # on is alive, even when its messages do not get through (its MPI's buffers held by sends to
+    # a stopped rank), so only the stopped one is named.
+    char* beats                  # NULL, or the node's beat words, `beat_stride` bytes apart
+    size_t beat_stride
+    int* beat_slot               # per peer: its word's index on the node, or -1
+    long long* beat_seen         # per peer: the beat last read
 
 cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after) except -1
+# `slots[i]`: peer i's index among the node's ranks, or -1; its beat word is at
+# base + index * stride (memory every rank of the node maps). Call before the watch is used.
+cdef int watch_share_beats(Watch* w, char* base, size_t stride, list slots) except -1
 cdef void watch_free(Watch* w) noexcept nogil
 # The watch of the calling thread's coordinator: waits deep inside an algorithm find it here.
 cdef void watch_bind(Watch* w) noexcept nogil

@@ -19,7 +19,7 @@ from libc.stdlib cimport calloc, free
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport *
 from hvlite._core.codes cimport HV_ERR_LOST, HV_ERR_NOMEM
-from hvlite._core.sync cimport hv_now, hv_sleep, hv_yield
+from hvlite._core.sync cimport hv_now, hv_sleep, hv_yield, hv_load64, hv_store64
 
 cdef extern from *:
     """
@@ -51,6 +51,10 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.ping_req = w.ack_req = NULL
     w.ping_buf = w.ack_buf = NULL
     w.sent = w.got = NULL
+    w.beats = NULL
+    w.beat_slot = NULL
+    w.beat_seen = NULL
+    w.beat_stride = 0
     w.quiet = False
     if ctl == MPI_COMM_NULL:
         return 0
@@ -71,6 +75,38 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
         w.ping_req[i] = MPI_REQUEST_NULL
         w.ack_req[i] = MPI_REQUEST_NULL
     return 0
+
+
+cdef int watch_share_beats(Watch* w, char* base, size_t stride, list slots) except -1:
+    cdef int i
+    if w.ctl == MPI_COMM_NULL or base == NULL or len(slots) != w.n or slots[w.rank] < 0:
+        return 0
+    w.beat_slot = <int*>calloc(w.n, sizeof(int))
+    w.beat_seen = <long long*>calloc(w.n, sizeof(long long))
+    if w.beat_slot == NULL or w.beat_seen == NULL:
+        raise MemoryError("liveness watch")
+    for i in range(w.n):
+        w.beat_slot[i] = slots[i]
+    w.beat_stride = stride
+    w.beats = base
+    return 0
+
+
+cdef inline volatile long long* _beat(Watch* w, int peer) noexcept nogil:
+    return <volatile long long*>(w.beats + <size_t>w.beat_slot[peer] * w.beat_stride)
+
+
+cdef bint _beating(Watch* w, int peer) noexcept nogil:
+    """Whether a peer on this node has beaten since its silence began (or this watch last
+    looked)."""
+    cdef long long b
+    if w.beats == NULL or w.beat_slot[peer] < 0:
+        return False
+    b = hv_load64(_beat(w, peer))
+    if b == w.beat_seen[peer]:
+        return False
+    w.beat_seen[peer] = b
+    return True
 
 
 cdef void _drop(MPI_Request* r) noexcept nogil:
@@ -98,6 +134,11 @@ cdef void watch_free(Watch* w) noexcept nogil:
     free(w.ack_buf)
     free(w.sent)
     free(w.got)
+    free(w.beat_slot)
+    free(w.beat_seen)
+    w.beats = NULL
+    w.beat_slot = NULL
+    w.beat_seen = NULL
     w.silent_since = NULL
     w.ping_req = w.ack_req = NULL
     w.ping_buf = w.ack_buf = NULL
@@ -192,6 +233,8 @@ cdef void watch_ping_all(Watch* w) noexcept nogil:
         if i != w.rank:
             if w.silent_since[i] == 0:
                 w.silent_since[i] = now
+                if w.beats != NULL and w.beat_slot[i] >= 0:
+                    w.beat_seen[i] = hv_load64(_beat(w, i))
             _send(w, i, PING, &w.ping_req[i], &w.ping_buf[i])
 
 
@@ -202,6 +245,8 @@ cdef int watch_poll(Watch* w, double waited) noexcept nogil:
         return -1
     if w.lost >= 0:
         return w.lost
+    if w.beats != NULL:
+        hv_store64(_beat(w, w.rank), hv_load64(_beat(w, w.rank)) + 1)     # only this rank writes it
     _answer(w)
     if waited < w.ping_after:
         return -1
@@ -209,6 +254,8 @@ cdef int watch_poll(Watch* w, double waited) noexcept nogil:
     if now - w.last_ping >= w.ping_after:
         watch_ping_all(w)
     for i in range(w.n):
+        if w.silent_since[i] > 0 and now - w.silent_since[i] >= w.lost_after and _beating(w, i):
+            w.silent_since[i] = now         # silent on MPI, but its process goes on
         if w.silent_since[i] > 0 and now - w.silent_since[i] >= w.lost_after:
             w.lost = i
             w.lost_silence = now - w.silent_since[i]

@@ -52,3 +52,5 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
 # the next barrier and read after it.
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
 cdef int shm_barrier(ShmArea* a) noexcept nogil
+# Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.
+cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil

@@ -116,6 +116,12 @@ cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil:
     return _slot(a, r, parity)
 
 
+cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil:
+    """The node's liveness beat words (liveness.pyx), one per rank beside its epoch, or NULL."""
+    stride[0] = LINE
+    return a.base + 8 if a.base != NULL else NULL
+
+
 cdef int shm_barrier(ShmArea* a) noexcept nogil:
     _barrier(a)
     return a.lost

@@ -77,9 +77,10 @@ def run_job(n, env, tmp_path):
     return rc, out, records, ended - left
 
 
-def check_lost(how, n, end, size, tmp_path):
+def check_lost(how, n, end, size, tmp_path, extra_env=None):
     victim = 0 if end == "first" else n - 1
-    env = {"FAULT_HOW": how, "FAULT_VICTIM": str(victim), "FAULT_SIZE": str(SIZES[size])}
+    env = {"FAULT_HOW": how, "FAULT_VICTIM": str(victim), "FAULT_SIZE": str(SIZES[size]),
+           **(extra_env or {})}
     rc, out, records, took = run_job(n, env, tmp_path)
     where = f"{how} of rank {victim} at N={n}, {size}"
     assert rc != 0, f"{where}: the job exited 0\n{out}"
@@ -120,6 +121,13 @@ CASES = [(how, n, end, size) for how in HOWS for n in (2, 3, 5) for end in ("fir
 @pytest.mark.parametrize("how,n,end,size", sorted(QUICK))
 def test_lost_rank(how, n, end, size, tmp_path):
     check_lost(how, n, end, size, tmp_path)
+
+
+def test_only_the_stopped_rank_is_named_when_the_survivors_fall_silent_too(tmp_path):
+    """3 ranks, a 64 MiB ring, the last one stopped: the survivors' sends to it hold their MPI's
+    shared-memory buffers, so their pings to each other stop getting through as well. The beat
+    in the node's segment shows they are alive: each names rank 2 (they named each other)."""
+    check_lost("sigstop", 3, "last", "64MiB", tmp_path, {"HVLITE_ALLREDUCE_ALGORITHM": "ring"})
 
 
 @pytest.mark.faults_matrix
