@@ -1,5 +1,6 @@
 """Rank side (a plain script) of the lost-rank and stall matrix. Every rank runs a stream of
-all-reduces (FAULT_SIZE elements of float32, named, synchronous); at step FAULT_STEP the victim
+all-reduces (FAULT_SIZE elements of float32, named, synchronous; FAULT_COLLECTIVE=broadcast or
+allgather for a stream of those instead); at step FAULT_STEP the victim
 rank (FAULT_VICTIM) goes away as FAULT_HOW says:
 
   sigkill / exit3 / exit0   SIGKILL itself, os._exit(3), os._exit(0)
@@ -32,6 +33,7 @@ SIZE = int(os.environ.get("FAULT_SIZE", "1024"))
 STEP = int(os.environ.get("FAULT_STEP", "20"))
 SILENT = float(os.environ.get("FAULT_SILENT", "0"))
 DEPARTED = os.environ["FAULT_DEPARTED"]        # a file: the victim writes the time it left
+COLLECTIVE = os.environ.get("FAULT_COLLECTIVE", "allreduce")
 
 
 def report(error, message, after=0.0):
@@ -102,7 +104,12 @@ try:
             join_step()
         if RANK == VICTIM and step == STEP:
             victim_step()
-        hvd.allreduce(x, op=hvd.Sum, name=f"step.{step}")
+        if COLLECTIVE == "broadcast":
+            hvd.broadcast_(x, root_rank=step % N, name=f"step.{step}")
+        elif COLLECTIVE == "allgather":
+            hvd.allgather(x, name=f"step.{step}")
+        else:
+            hvd.allreduce(x, op=hvd.Sum, name=f"step.{step}")
         if step > STEP + 2000:
             break
     report(None, "no error")

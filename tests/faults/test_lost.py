@@ -93,7 +93,7 @@ def check_lost(how, n, end, size, tmp_path, extra_env=None):
             assert rec, f"{where}: rank {r} said nothing\n{out}"
             assert rec["error"] == "LostRankError", f"{where}: rank {r}: {rec}\n{out}"
             assert f"rank {victim} is lost" in rec["message"], rec
-            assert "allreduce 'step." in rec["message"], rec
+            assert f"{env.get('FAULT_COLLECTIVE', 'allreduce')} 'step." in rec["message"], rec
             assert rec["after"] < LOST_AFTER + 2, f"{where}: rank {r} raised after {rec['after']:.1f}s"
     elif how in ("raise", "return"):
         # the victim's exit shuts hvlite down (atexit): every survivor learns it at once
@@ -128,6 +128,14 @@ def test_only_the_stopped_rank_is_named_when_the_survivors_fall_silent_too(tmp_p
     shared-memory buffers, so their pings to each other stop getting through as well. The beat
     in the node's segment shows they are alive: each names rank 2 (they named each other)."""
     check_lost("sigstop", 3, "last", "64MiB", tmp_path, {"HVLITE_ALLREDUCE_ALGORITHM": "ring"})
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "allgather"])
+@pytest.mark.parametrize("how", ["sigstop", "sigkill"])
+def test_lost_rank_in_a_copy_through_the_segment(how, collective, tmp_path):
+    """Broadcast and allgather go through the node's shared segment (flag barriers, no MPI
+    message): a rank stopped or killed in a stream of 64 MiB ones is named by the others."""
+    check_lost(how, 3, "last", "64MiB", tmp_path, {"FAULT_COLLECTIVE": collective})
 
 
 @pytest.mark.faults_matrix
