@@ -164,6 +164,11 @@ class Settings:
         "Per-rank slot of the shared segment: the pipeline segment of the shm all-reduce; "
         "larger buffers go through in segments (tuned by measurement, see "
         "[benchmarks](benchmarks.md#shared-memory-tuning)).", unit="bytes")
+    shm_direct: bool = _setting(
+        True, "HVLITE_SHM_DIRECT",
+        "On one node, the shm all-reduce reads the peers' buffers directly (cross-memory "
+        "attach) instead of copying through the segment's slots, where the kernel allows it "
+        "(tried at `init()`); `0` always goes through the slots.")
     shm_redundant_bytes: int = _setting(
         -1, "HVLITE_SHM_REDUNDANT_BYTES",
         "Up to this many bytes per segment every rank reduces all slots (one barrier) instead "
@@ -188,7 +193,8 @@ class Settings:
         """What the core's algorithm context takes: the shared segment's settings, the probe,
         and calibration (2: rank 0 also prints what it measured)."""
         calibrate = (2 if self.log_level in ("debug", "trace") else 1) if self.calibrate else 0
-        return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe, calibrate)
+        return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe, calibrate,
+                self.shm_direct)
 
 
 # hvlite name -> Horovod's name for the same setting
@@ -320,6 +326,7 @@ def load(env=None):
         shm=_bool(env, "HVLITE_SHM", d.shm),
         shm_segment_bytes=_int(env, "HVLITE_SHM_SEGMENT_BYTES", d.shm_segment_bytes, 4096, 1 << 30),
         shm_redundant_bytes=_int(env, "HVLITE_SHM_REDUNDANT_BYTES", d.shm_redundant_bytes, -1, 1 << 40),
+        shm_direct=_bool(env, "HVLITE_SHM_DIRECT", d.shm_direct),
         cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
         fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),
         fusion_tensor_limit=_int(env, "HVLITE_FUSION_TENSOR_LIMIT", d.fusion_tensor_limit, 1, 1 << 40),

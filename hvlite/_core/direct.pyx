@@ -50,10 +50,13 @@ cdef class Engine:
         return self.ctx.model
 
     def shm_info(self):
-        """The shared segment: whether shm may run, its segment size, and why not when not."""
+        """The shared segment: whether shm may run, its segment size, whether the all-reduce
+        reads the peers' buffers directly (one node, the kernel allowing it), and why not when
+        shm may not run."""
         return {"available": bool(self.ctx.shm_ok), "segment_bytes": self.ctx.shm.seg if self.ctx.shm.seg < (1 << 62) else 0,
                 "mapped_bytes": self.ctx.shm.map_bytes, "ranks": self.ctx.shm.L,
                 "redundant_bytes": self.ctx.shm.redundant_max,
+                "direct": bool(self.ctx.direct_ok),
                 "why": "" if self.ctx.shm_ok else self.ctx.shm.why.decode("utf-8", "replace")}
 
     def __dealloc__(self):

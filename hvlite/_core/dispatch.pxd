@@ -18,6 +18,7 @@ cdef struct Context:
     CostModel model
     ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
+    bint direct_ok       # one node whose ranks read each other's buffers (shm_direct.pyx)
     Calibration cal      # auto's measured picks per size class (calibrate.pyx)
 
 # auto becomes the algorithm to run: the size class's pick, or while its trials run the next

@@ -21,6 +21,7 @@ from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_LOW, CAL_MAX_
                                      size_class, cal_begin, cal_next, cal_done)
 from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
+from hvlite._core.shm_direct cimport shm_direct_allreduce, direct_probe
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -66,6 +67,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     from mpi4py.MPI import MIN, MAX
     enabled, seg, redundant_max, probe = options[:4]
     calibrate = options[4] if len(options) > 4 else 0
+    direct = options[5] if len(options) > 5 else True
     c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
     for i in range(CAL_CLASSES):
         c.cal.pick[i] = -1
@@ -81,10 +83,13 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
     agreed = comm.allreduce(mine, op=MIN)
     c.shm_ok = agreed > 0
+    c.direct_ok = False
     if c.shm_ok:
         c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
         if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
             c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MAX)
+        if direct and nodes == 1 and c.shm.base != NULL:   # one node: the set is the node
+            c.direct_ok = comm.allreduce(direct_probe(&c.shm), op=MIN) == 1
     elif c.shm.base != NULL:
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
@@ -155,6 +160,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
     cdef int kop = kernel_op(op)
     cdef int err = 0
     cdef double nbytes = <double>(count * dtype_size(dtype))
+    cdef ShmPiece piece
     if count == 0:
         return 0
     if op == OP_ADASUM:
@@ -164,8 +170,15 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             err = mpi_allreduce(buf, count, dtype, kop, c.comm)
         elif (algo == ALG_SHM or algo == ALG_HIERARCHICAL) and c.shm_ok:
             # Within the node in shared memory; across nodes (if any) on each rank's slice.
-            err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
-                                _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
+            err = 1
+            if c.direct_ok:         # one node whose ranks read each other's buffers
+                piece.input = piece.output = buf
+                piece.start = 0
+                piece.count = count
+                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm)
+            if err == 1:
+                err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
+                                    _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
         elif algo == ALG_SHM:
             err = HV_ERR_SHM
         elif algo == ALG_HIERARCHICAL:
@@ -217,8 +230,13 @@ cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil:
 
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
                               int dtype, int op, long divisor) noexcept nogil:
-    """Each piece's input reduced into its output through the shared segment (no packing)."""
-    cdef int err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+    """Each piece's input reduced into its output through the shared segment (no packing):
+    straight from the peers' buffers where the node allows it, else through the slots."""
+    cdef int err = 1
+    if c.direct_ok:
+        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+    if err == 1:
+        err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
     cdef size_t k
     if err == 0:
         for k in range(npieces):

@@ -52,5 +52,7 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
 # the next barrier and read after it.
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
 cdef int shm_barrier(ShmArea* a) noexcept nogil
+# Where rank j's 1/L slice of a count-element buffer starts (64-byte aligned; j = L: count).
+cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
 # Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.
 cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil

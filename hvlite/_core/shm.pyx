@@ -116,6 +116,10 @@ cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil:
     return _slot(a, r, parity)
 
 
+cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
+    return _slice_start(count, L, j, es)
+
+
 cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil:
     """The node's liveness beat words (liveness.pyx), one per rank beside its epoch, or NULL."""
     stride[0] = LINE

@@ -110,3 +110,30 @@ def test_broadcast_and_allgather_through_the_segment(nbytes):
         if got.shape != want.shape or not np.array_equal(got, want):
             failures.append(f"allgather of rows {rows} (step {step}): {got.shape} != {want.shape}")
     assert_everywhere(failures)
+
+
+def test_direct_reads_give_every_rank_the_same_bits():
+    """Reading the peers' buffers directly (the default on one node, where the kernel allows
+    it): floats whose sum depends on the order come out bit for bit the same on every rank and
+    close to NumPy's, through batches of a thousand one-element tensors (more buffers per
+    kernel read than one call takes) and one large tensor, in place and out of place."""
+    if os.environ.get("HVLITE_SHM_DIRECT") == "0" or not ENABLED:
+        assert not INFO["direct"], INFO
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((N, 1000)).astype(np.float32)      # the same on every rank
+    big = rng.standard_normal((N, 300001)).astype(np.float32)
+    handles = [hvd.allreduce_async(base[RANK, i:i + 1].copy(), op=hvd.Sum, name=f"d.{i}")
+               for i in range(1000)]
+    tiny = np.concatenate([h.synchronize() for h in handles])
+    inplace = big[RANK].copy()
+    hvd.allreduce_(inplace, op=hvd.Sum, name="d.big", algorithm="shm" if ENABLED else None)
+    outplace = hvd.allreduce(big[RANK], op=hvd.Sum, name="d.big.out")
+    failures = []
+    for what, got, want in (("tiny", tiny, base.sum(0)), ("in place", inplace, big.sum(0)),
+                            ("out of place", outplace, big.sum(0))):
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+            failures.append(f"rank {RANK}: {what} differs from NumPy")
+        every = MPI.COMM_WORLD.allgather(got.tobytes())
+        if any(b != every[0] for b in every):
+            failures.append(f"rank {RANK}: {what} is not bit for bit the same on every rank")
+    assert_everywhere(failures)

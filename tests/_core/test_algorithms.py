@@ -51,7 +51,8 @@ def test_buffers_over_two_to_the_31_elements(mpirun):
 
 
 @pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (4, {"HVLITE_SHM_SEGMENT_BYTES": "65536"}),
-                                   (3, {"HVLITE_LOCAL_SIZE": "2"}), (2, {"HVLITE_SHM": "0"})])
+                                   (3, {"HVLITE_LOCAL_SIZE": "2"}), (2, {"HVLITE_SHM": "0"}),
+                                   (3, {"HVLITE_SHM_DIRECT": "0"})])
 def test_shm_segment_and_coordinator(mpirun, n, env):
     mpirun(n, "tests/_core/mpi_shm.py", env=env, timeout=240)
 
