@@ -112,35 +112,30 @@ cdef size_t _iovs(const int64_t* w, size_t np, size_t a, size_t b, size_t es, in
     return n
 
 
+cdef iovec* _advance(iovec* v, size_t* n, size_t k) noexcept nogil:
+    """Past the first k bytes of an iovec list (its count in *n updated)."""
+    while k and n[0]:
+        if v[0].iov_len <= k:
+            k -= v[0].iov_len
+            v += 1
+            n[0] -= 1
+        else:
+            v[0].iov_base = <char*>v[0].iov_base + k
+            v[0].iov_len -= k
+            k = 0
+    return v
+
+
 cdef int _read(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr) noexcept nogil:
     """Read remote iovecs into local ones of the same total length, resuming after a short
     read (the kernel may stop at a page it has to fault in)."""
     cdef ssize_t got
-    cdef size_t k
     while nl and nr:
         got = process_vm_readv(<int>pid, loc, nl, rem, nr, 0)
         if got <= 0:
             return HV_ERR_SHM
-        k = <size_t>got
-        while k and nl:         # advance both lists past what was read
-            if loc[0].iov_len <= k:
-                k -= loc[0].iov_len
-                loc += 1
-                nl -= 1
-            else:
-                loc[0].iov_base = <char*>loc[0].iov_base + k
-                loc[0].iov_len -= k
-                k = 0
-        k = <size_t>got
-        while k and nr:
-            if rem[0].iov_len <= k:
-                k -= rem[0].iov_len
-                rem += 1
-                nr -= 1
-            else:
-                rem[0].iov_base = <char*>rem[0].iov_base + k
-                rem[0].iov_len -= k
-                k = 0
+        loc = _advance(loc, &nl, <size_t>got)
+        rem = _advance(rem, &nr, <size_t>got)
     return 0
 
 
