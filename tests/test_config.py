@@ -38,6 +38,7 @@ def test_values_parse():
     ("HVLITE_LOCAL_SIZE", "-1", "out of range"),
     ("HVLITE_SEGMENT_BYTES", "12", "out of range"),
     ("HVLITE_CHECK_AGREEMENT", "maybe", "boolean"),
+    ("HVLITE_SHM_DIRECT", "often", "boolean"),
     ("HVLITE_GAMMA", "0", "positive"),
 ])
 def test_bad_values_name_the_variable(var, value, fragment):
