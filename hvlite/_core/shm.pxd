@@ -52,6 +52,13 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
 # the next barrier and read after it.
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
 cdef int shm_barrier(ShmArea* a) noexcept nogil
+# A batch's elements [a, b) between its pieces and a contiguous buffer: inputs gathered into dst
+# (the op's identity where a piece has none), or src scattered into the outputs (non-temporal
+# stores into outputs that are not their inputs).
+cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
+                     int op) noexcept nogil
+cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                      int dtype) noexcept nogil
 # Where rank j's 1/L slice of a count-element buffer starts (64-byte aligned; j = L: count).
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
 # Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.

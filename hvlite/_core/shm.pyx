@@ -116,6 +116,16 @@ cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil:
     return _slot(a, r, parity)
 
 
+cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
+                     int op) noexcept nogil:
+    _gather(p, np, a, b, dst, dtype, op)
+
+
+cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                      int dtype) noexcept nogil:
+    _scatter(p, np, a, b, src, dtype)
+
+
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
     return _slice_start(count, L, j, es)
 

@@ -21,16 +21,13 @@ Whether the kernel lets the node's ranks read each other (same user; no Yama res
 PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
 """
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
-from hvlite._core.shm cimport ShmArea, ShmPiece, shm_slot, shm_barrier, shm_slice_start
-
-cdef extern from "stream.h" nogil:
-    void hv_stream_copy(char* dst, const char* src, size_t n)
+from hvlite._core.shm cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_slice_start,
+                               shm_gather, shm_scatter)
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -157,26 +154,6 @@ cdef int _read_range(const Table* t, size_t a, size_t b, size_t es, int field, c
     return 0
 
 
-cdef void _move(const int64_t* w, size_t np, size_t a, size_t b, size_t es, char* buf,
-                bint gather) noexcept nogil:
-    """This rank's own inputs for [a, b) into buf (gather), or buf into its outputs."""
-    cdef size_t i = _find(w, np, a), stop, take, at
-    while a < b and i < np:
-        stop = <size_t>(w[i * PER] + w[i * PER + 1])
-        take = (stop if stop < b else b) - a
-        if take:
-            at = (a - <size_t>w[i * PER]) * es
-            if gather:
-                memcpy(buf, <char*>(<uint64_t>w[i * PER + 2]) + at, take * es)
-            elif w[i * PER + 2] != w[i * PER + 3]:     # lines not read: no fill (shm.pyx)
-                hv_stream_copy(<char*>(<uint64_t>w[i * PER + 3]) + at, buf, take * es)
-            else:
-                memcpy(<char*>(<uint64_t>w[i * PER + 3]) + at, buf, take * es)
-            buf += take * es
-            a += take
-        i += 1
-
-
 cdef char* _own_inplace(const int64_t* w, size_t np, size_t a, size_t b, size_t es) noexcept nogil:
     """This rank's buffer for [a, b) when one piece reduced in place holds all of it, else NULL."""
     cdef size_t i = _find(w, np, a)
@@ -275,7 +252,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             continue
         for r in range(a.L):
             if r == a.me:
-                _move(tables[r].w, np, at, at + n, es, acc if r == 0 else tmp, True)
+                shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
             else:
                 err = _read_range(&tables[r], at, at + n, es, 2, acc if r == 0 else tmp, loc, rem)
                 if err:
@@ -283,7 +260,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             if r:
                 reduce_into(acc, tmp, n, dtype, op)
         if err == 0:
-            _move(tables[a.me].w, np, at, at + n, es, acc, False)
+            shm_scatter(p, np, at, at + n, acc, dtype)
         at += n
     e = shm_barrier(a)
     if err == 0:
