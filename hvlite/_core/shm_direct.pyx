@@ -1,26 +1,29 @@
-"""The all-reduce on one node, reading the peers' buffers directly (cross-memory attach,
-process_vm_readv) instead of through the segment's slots.
+"""The all-reduce on one node through the peers' buffers directly (cross-memory attach,
+process_vm_readv and process_vm_writev) instead of through the segment's slots.
 
 Through the slots every element is copied in, reduced and copied out: per rank about six passes
 over memory for one reduction's worth of work, and on two cores memory is the limit (the fused
 24 MB step). Here the segment carries only each rank's table of buffers (pid, each piece's
 place in the batch and its input and output addresses):
   1. every rank publishes its table; one barrier;
-  2. each rank reduces its 1/L slice of the batch: its own input and each peer's, read by the
-     kernel straight from the peer's memory into a cache-sized buffer, in rank order, into its
-     own outputs;
-  3. one barrier; each rank copies every peer's slice of the result from that peer's outputs
-     straight into its own (one kernel copy, no buffer between);
-  4. one barrier, so no rank returns (and lets its buffers go) while a peer still reads them.
-Every element is reduced by one rank only, so every rank holds the same bits. A rank that has
-joined (no input or no output), more pieces than the slot holds, a batch under
-(L - 1) x 256 KiB, or outputs apart from their inputs on more than two ranks: every rank sees it
-in the tables after the first barrier (or knows it before) and the caller takes the slot path.
+  2. each rank reduces its 1/L slice of the batch a cache-sized chunk at a time: its own input
+     and each peer's, read by the kernel straight from the peer's memory, in rank order, into
+     its own outputs; then the chunk, still in the cache, is written by the kernel straight
+     into every peer's outputs (only this rank reads these elements' inputs, and it has read
+     them all, so in place is safe too);
+  3. one barrier: every peer's writes into this rank's outputs are done, and no rank returns
+     (letting its buffers go) while a peer still reaches into them.
+Per rank that is about four passes over memory for its slice (the slots take six, and pulling
+the result back from the peers' outputs after a second barrier took five). Every element is
+reduced by one rank only, so every rank holds the same bits. A rank that has joined (no input
+or no output), more pieces than the slot holds or a batch under (L - 1) x 256 KiB: every rank
+sees it in the tables after the first barrier (or knows it before) and the caller takes the
+slot path.
 
-Whether the kernel lets the node's ranks read each other (same user; no Yama restriction, or
+Whether the kernel lets the node's ranks read and write each other (same user; no Yama restriction, or
 PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
 """
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
@@ -35,6 +38,8 @@ cdef extern from "<sys/uio.h>" nogil:
         size_t iov_len
     ssize_t process_vm_readv(int pid, const iovec* local, unsigned long liovcnt,
                              const iovec* remote, unsigned long riovcnt, unsigned long flags)
+    ssize_t process_vm_writev(int pid, const iovec* local, unsigned long liovcnt,
+                              const iovec* remote, unsigned long riovcnt, unsigned long flags)
 
 cdef extern from "<sys/prctl.h>" nogil:
     int prctl(int option, unsigned long arg2, unsigned long arg3, unsigned long arg4,
@@ -48,7 +53,6 @@ cdef enum:
     NIOV = 512              # iovecs per side of one process_vm_readv (the kernel takes 1024)
     CHUNK = 65536           # bytes reduced at a time (L2-resident)
     F_NULL = 1              # a piece without input or output (a joined rank)
-    F_APART = 2             # a piece whose output is not its input
 
 
 cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil:
@@ -123,12 +127,17 @@ cdef iovec* _advance(iovec* v, size_t* n, size_t k) noexcept nogil:
     return v
 
 
-cdef int _read(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr) noexcept nogil:
-    """Read remote iovecs into local ones of the same total length, resuming after a short
-    read (the kernel may stop at a page it has to fault in)."""
+cdef int _move(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr,
+               bint write) noexcept nogil:
+    """Read remote iovecs into local ones of the same total length (or write them from the
+    local ones), resuming after a short transfer (the kernel may stop at a page it has to fault
+    in)."""
     cdef ssize_t got
     while nl and nr:
-        got = process_vm_readv(<int>pid, loc, nl, rem, nr, 0)
+        if write:
+            got = process_vm_writev(<int>pid, loc, nl, rem, nr, 0)
+        else:
+            got = process_vm_readv(<int>pid, loc, nl, rem, nr, 0)
         if got <= 0:
             return HV_ERR_SHM
         loc = _advance(loc, &nl, <size_t>got)
@@ -136,35 +145,28 @@ cdef int _read(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr) noex
     return 0
 
 
-cdef int _read_range(const Table* t, size_t a, size_t b, size_t es, int field, char* dst,
-                     iovec* loc, iovec* rem) noexcept nogil:
-    """A peer's buffers (field) for batch elements [a, b) into the contiguous dst."""
+cdef int _peer_range(const Table* t, size_t a, size_t b, size_t es, int field, char* buf,
+                     bint write, iovec* loc, iovec* rem) noexcept nogil:
+    """A peer's buffers (field 2: inputs, 3: outputs) for batch elements [a, b) into the
+    contiguous buf, or (write) from it."""
     cdef size_t n, end, nbytes
     cdef int err
     while a < b:
         n = _iovs(t.w, t.np, a, b, es, field, rem, NIOV, &end)
         nbytes = (end - a) * es
-        loc[0].iov_base = dst
+        loc[0].iov_base = buf
         loc[0].iov_len = nbytes
-        err = _read(t.pid, loc, 1, rem, n)
+        err = _move(t.pid, loc, 1, rem, n, write)
         if err:
             return err
-        dst += nbytes
+        buf += nbytes
         a = end
     return 0
 
 
-cdef char* _own_inplace(const int64_t* w, size_t np, size_t a, size_t b, size_t es) noexcept nogil:
-    """This rank's buffer for [a, b) when one piece reduced in place holds all of it, else NULL."""
-    cdef size_t i = _find(w, np, a)
-    if i >= np or w[i * PER + 2] != w[i * PER + 3] or <size_t>(w[i * PER] + w[i * PER + 1]) < b:
-        return NULL
-    return <char*>(<uint64_t>w[i * PER + 3]) + (a - <size_t>w[i * PER]) * es
-
-
-cdef int _copy_slice(const Table* mine, const Table* t, size_t a, size_t b, size_t es,
-                     iovec* loc, iovec* rem) noexcept nogil:
-    """A peer's outputs for [a, b) straight into this rank's outputs."""
+cdef int _push_own(const Table* mine, const Table* t, size_t a, size_t b, size_t es,
+                   iovec* loc, iovec* rem) noexcept nogil:
+    """This rank's outputs for [a, b) straight into a peer's outputs."""
     cdef size_t nl, nr, end_l, end_r, stop
     cdef int err
     while a < b:
@@ -175,11 +177,36 @@ cdef int _copy_slice(const Table* mine, const Table* t, size_t a, size_t b, size
         if end_r < stop:
             stop = end_r
             nl = _iovs(mine.w, mine.np, a, stop, es, 3, loc, NIOV, &end_l)
-        err = _read(t.pid, loc, nl, rem, nr)
+        err = _move(t.pid, loc, nl, rem, nr, True)
         if err:
             return err
         a = stop
     return 0
+
+
+cdef bint _own_inplace(const int64_t* w, size_t np, size_t a, size_t b) noexcept nogil:
+    """Whether every piece of this rank's holding [a, b) is reduced in place."""
+    cdef size_t i = _find(w, np, a)
+    while i < np and <size_t>w[i * PER] < b:
+        if w[i * PER + 1] and w[i * PER + 2] != w[i * PER + 3]:
+            return False
+        i += 1
+    return True
+
+
+cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, const char* src,
+                           size_t es, int dtype, int op) noexcept nogil:
+    """This rank's in-place buffers for [a, b) op= src (the peer's elements, contiguous)."""
+    cdef size_t i = _find(w, np, a), stop, take
+    while a < b and i < np:
+        stop = <size_t>(w[i * PER] + w[i * PER + 1])
+        take = (stop if stop < b else b) - a
+        if take:
+            reduce_into(<char*>(<uint64_t>w[i * PER + 3]) + (a - <size_t>w[i * PER]) * es,
+                        src, take, dtype, op)
+            src += take * es
+            a += take
+        i += 1
 
 
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
@@ -194,7 +221,6 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef iovec* rem
     cdef char* acc
     cdef char* tmp
-    cdef char* inplace
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -209,8 +235,6 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
         s[HEAD + k * PER + 3] = <int64_t>(<uint64_t>p[k].output)
         if p[k].count and (p[k].input == NULL or p[k].output == NULL):
             s[2] |= F_NULL
-        elif p[k].count and p[k].input != p[k].output:
-            s[2] |= F_APART
     err = shm_barrier(a)
     if err:
         return err
@@ -220,10 +244,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     for r in range(a.L):
         if tables != NULL:
             _table(a, r, parity, &tables[r])
-        e = <int>(<const int64_t*>shm_slot(a, r, parity))[2]
-        # out of place on more than two ranks the slots measured faster (the fused 24 MB step
-        # on 4 ranks: 1.54-1.57x the best MPI schedule against 1.36-1.48x here)
-        if e & F_NULL or (e & F_APART and a.L > 2):
+        if (<const int64_t*>shm_slot(a, r, parity))[2] & F_NULL:
             fallback = 1
     if fallback:            # every rank saw the same tables
         free(tables)
@@ -239,38 +260,37 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     at = lo
     while err == 0 and at < hi:
         n = hi - at if hi - at < step else step
-        inplace = _own_inplace(tables[a.me].w, np, at, at + n, es)
-        if inplace != NULL and (a.L == 2 or a.me == 0):
-            # reduce straight into this rank's own buffer: with two ranks x1 op x0 is x0 op x1
-            # bit for bit (every op here commutes), and rank 0's partial sums are in order
+        if (a.L == 2 or a.me == 0) and _own_inplace(tables[a.me].w, np, at, at + n):
+            # reduce straight into this rank's own buffers: with two ranks x1 op x0 is x0 op x1
+            # bit for bit (every op here commutes), and rank 0's partial sums are in order;
+            # then out of them into every peer's outputs
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _read_range(&tables[r], at, at + n, es, 2, tmp, loc, rem)
+                    err = _peer_range(&tables[r], at, at + n, es, 2, tmp, False, loc, rem)
                     if err == 0:
-                        reduce_into(inplace, tmp, n, dtype, op)
-            at += n
-            continue
-        for r in range(a.L):
-            if r == a.me:
-                shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
-            else:
-                err = _read_range(&tables[r], at, at + n, es, 2, acc if r == 0 else tmp, loc, rem)
-                if err:
-                    break
-            if r:
-                reduce_into(acc, tmp, n, dtype, op)
-        if err == 0:
-            shm_scatter(p, np, at, at + n, acc, dtype)
+                        _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
+            for r in range(a.L):        # the result, still in the cache, to every peer
+                if r != a.me and err == 0:
+                    err = _push_own(&tables[a.me], &tables[r], at, at + n, es, loc, rem)
+        else:
+            for r in range(a.L):
+                if r == a.me:
+                    shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
+                else:
+                    err = _peer_range(&tables[r], at, at + n, es, 2, acc if r == 0 else tmp,
+                                      False, loc, rem)
+                    if err:
+                        break
+                if r:
+                    reduce_into(acc, tmp, n, dtype, op)
+            if err == 0:
+                shm_scatter(p, np, at, at + n, acc, dtype)
+            for r in range(a.L):
+                if r != a.me and err == 0:
+                    err = _peer_range(&tables[r], at, at + n, es, 3, acc, True, loc, rem)
         at += n
-    e = shm_barrier(a)
-    if err == 0:
-        err = e
-    for r in range(a.L):
-        if err == 0 and r != a.me:
-            err = _copy_slice(&tables[a.me], &tables[r], shm_slice_start(count, a.L, r, es),
-                              shm_slice_start(count, a.L, r + 1, es), es, loc, rem)
-    e = shm_barrier(a)
-    if err == 0:
+    e = shm_barrier(a)      # every peer's writes into this rank's outputs are done, and no rank
+    if err == 0:            # returns (letting its buffers go) while a peer still reads them
         err = e
     free(tables)
     free(loc)
@@ -279,28 +299,43 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
 
 
 cdef int direct_probe(ShmArea* a) noexcept nogil:
-    """Collective over the node: 1 when this rank could read every peer's memory. Lets any
-    process of this user read ours first (Yama's ptrace scope 1 allows only ancestors)."""
+    """Collective over the node: 1 when this rank could read every peer's memory and write into
+    it. Lets any process of this user reach ours first (Yama's ptrace scope 1 allows only
+    ancestors)."""
     cdef int parity = (a.epoch + 1) & 1, r, ok = 1
     cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
+    cdef const int64_t* t
     cdef int64_t magic = 0x68766C69 + a.me, got
+    cdef int64_t* seen = <int64_t*>calloc(a.L, 8)     # each peer writes its magic at its rank
     cdef iovec loc, rem
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
     s[0] = <int64_t>getpid()
     s[1] = <int64_t>(<uint64_t>&magic)
+    s[2] = <int64_t>(<uint64_t>seen)
     if shm_barrier(a):
+        free(seen)
         return 0
     for r in range(a.L):
-        if r == a.me:
+        t = <const int64_t*>shm_slot(a, r, parity)
+        if r == a.me or t[2] == 0:
+            ok = ok and t[2] != 0
             continue
         got = 0
         loc.iov_base = &got
         loc.iov_len = 8
-        rem.iov_base = <void*>(<uint64_t>(<const int64_t*>shm_slot(a, r, parity))[1])
+        rem.iov_base = <void*>(<uint64_t>t[1])
         rem.iov_len = 8
-        if process_vm_readv(<int>(<const int64_t*>shm_slot(a, r, parity))[0], &loc, 1, &rem,
-                            1, 0) != 8 or got != 0x68766C69 + r:
+        if process_vm_readv(<int>t[0], &loc, 1, &rem, 1, 0) != 8 or got != 0x68766C69 + r:
             ok = 0
-    if shm_barrier(a):      # nobody's `magic` goes out of scope while a peer reads it
+        loc.iov_base = &magic
+        rem.iov_base = <void*>(<uint64_t>t[2] + 8 * <uint64_t>a.me)
+        if process_vm_writev(<int>t[0], &loc, 1, &rem, 1, 0) != 8:
+            ok = 0
+    if shm_barrier(a):      # nobody's `magic` or `seen` goes while a peer reaches it
+        free(seen)
         return 0
+    for r in range(a.L):
+        if seen == NULL or (r != a.me and seen[r] != 0x68766C69 + r):
+            ok = 0
+    free(seen)
     return ok

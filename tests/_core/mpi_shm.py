@@ -116,7 +116,8 @@ def test_direct_reads_give_every_rank_the_same_bits():
     """Reading the peers' buffers directly (the default on one node, where the kernel allows
     it): floats whose sum depends on the order come out bit for bit the same on every rank and
     close to NumPy's, through batches of a thousand one-element tensors (more buffers per
-    kernel read than one call takes) and one large tensor, in place and out of place."""
+    kernel read than one call takes) and one large tensor, in place and out of place, and a
+    batch mixing both (each chunk's result is written into every peer's outputs)."""
     if os.environ.get("HVLITE_SHM_DIRECT") == "0" or not ENABLED:
         assert not INFO["direct"], INFO
     rng = np.random.default_rng(11)
@@ -131,10 +132,22 @@ def test_direct_reads_give_every_rank_the_same_bits():
         for h in handles:
             h.synchronize()
     tiny = np.concatenate(tinies)
-    outplace = hvd.allreduce(big[RANK], op=hvd.Sum, name="d.big.out")
+    outplace = hvd.allreduce(big[RANK], op=hvd.Sum, name="d.big.out", algorithm="shm")
+    parts = np.array_split(big[RANK], 7)        # odd sizes; every other one in place
+    mixed = [p.copy() for p in parts]
+    for attempt in range(2):
+        handles = [(hvd.allreduce_async_ if i % 2 else hvd.allreduce_async)(
+                   m if i % 2 else p, op=hvd.Sum, name=f"d.mix.{i}")
+                   for i, (p, m) in enumerate(zip(parts, mixed))]
+        if attempt == 0:
+            for h in handles:
+                h.synchronize()
+            mixed = [p.copy() for p in parts]
+    mixed = [h.synchronize() if i % 2 == 0 else m for i, (h, m) in enumerate(zip(handles, mixed))]
     failures = []
     for what, got, want in (("tiny", tiny, base.sum(0)), ("in place", inplace, big.sum(0)),
-                            ("out of place", outplace, big.sum(0))):
+                            ("out of place", outplace, big.sum(0)),
+                            ("mixed batch", np.concatenate(mixed), big.sum(0))):
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
             failures.append(f"rank {RANK}: {what} differs from NumPy")
         every = MPI.COMM_WORLD.allgather(got.tobytes())
