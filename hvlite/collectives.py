@@ -61,6 +61,9 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
             raise InvalidArgumentError(f"allreduce {name!r}: compression= takes host arrays; "
                                        "this one is on a GPU")
         return compression.allreduce_async(x, op=op, name=name)
+    started = host.allreduce_start(x, op, name, algorithm, process_set, False)
+    if started is not None:
+        return started
     gpu = _gpu(x)
     if gpu is not None:
         if algorithm not in (None, "auto"):
@@ -72,6 +75,9 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
 
 def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Start reducing the NumPy (or device) array `x` in place; returns a Handle."""
+    started = host.allreduce_start(x, op, name, algorithm, process_set, True)
+    if started is not None:
+        return started
     gpu = _gpu(x)
     if gpu is not None:
         return gpu.submit(gpu.ALLREDUCE, x, name, op=op, inplace=True, process_set=process_set)

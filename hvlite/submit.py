@@ -58,6 +58,23 @@ class Handle(Work):
         self._pending = self._finish = None
 
 
+class ArrayHandle(Handle):
+    """A Handle whose result is an array known when it was submitted (an all-reduce's output)."""
+
+    __slots__ = ()
+
+    def __init__(self, pending, out, name):     # Work's and Handle's fields, set directly
+        self._settled = False
+        self._value = self._error = None
+        self._pending, self._finish, self.name, self._where = pending, out, name, ""
+
+    def _collect(self):
+        p = self._pending
+        if p.status != _DONE:
+            raise _exception(p.error_kind, p.error, p.error_code)
+        return self._finish
+
+
 def _algorithm_code(algorithm, rt):
     name = rt.settings.allreduce_algorithm if algorithm is None else algorithm
     code = CODES.get(name)
@@ -251,11 +268,11 @@ def _plain_code(x, name, process_set, inplace):
     return _now_code(x.dtype)
 
 
-def allreduce_now(x, op, name, algorithm, process_set, inplace):
-    """The synchronous all-reduce of a plain C-contiguous NumPy array on the global set, without
-    the general path's conversions, closures and handle (they were
-    most of a small call's cost). Returns None when anything needs the general path, which then
-    checks, poisons and raises as usual: this one has nothing left that can be wrong locally."""
+def _lean_allreduce(x, op, name, algorithm, process_set, inplace):
+    """(set state, name, dtype code, op code, algorithm code, output) of an all-reduce the lean
+    paths can take: a plain C-contiguous NumPy array on the global set, a str name or none, a
+    plain op; None when anything needs the general path, which then checks, poisons and raises
+    as usual: the lean paths have nothing left that can be wrong locally."""
     code = _plain_code(x, name, process_set, inplace)
     if code is None or (algorithm is not None and type(algorithm) is not str):
         return None
@@ -272,8 +289,34 @@ def allreduce_now(x, op, name, algorithm, process_set, inplace):
     if not name:
         name = st.auto_name("allreduce")
     out = x if inplace else st.outputs.take(name, x, keep=AUTO_MARK not in name)
+    return st, name, code, o, algo, out
+
+
+def allreduce_now(x, op, name, algorithm, process_set, inplace):
+    """The synchronous all-reduce, the lean way (without the general path's conversions,
+    closures and handle: they were most of a small call's cost); None: the general path takes
+    it."""
+    lean = _lean_allreduce(x, op, name, algorithm, process_set, inplace)
+    if lean is None:
+        return None
+    st, name, code, o, algo, out = lean
     _now(st, name, ALLREDUCE, code, o, 0, algo, x, out)
     return out
+
+
+def allreduce_start(x, op, name, algorithm, process_set, inplace):
+    """The asynchronous all-reduce, the lean way (as allreduce_now): a step submits hundreds,
+    and every microsecond of each is one the step's reduction waits for; None: the general path
+    takes it."""
+    lean = _lean_allreduce(x, op, name, algorithm, process_set, inplace)
+    if lean is None:
+        return None
+    st, name, code, o, algo, out = lean
+    p = st.coordinator.submit(name, ALLREDUCE, code, o, 0, algo, x.shape, x, out, None, None,
+                              False, AUTO_MARK in name)
+    if type(p) is tuple:
+        raise _exception(*p)
+    return ArrayHandle(p, out, name)
 
 
 def _now(st, name, kind, code, op, root, algo, x, out, finish=None):

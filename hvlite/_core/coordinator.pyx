@@ -101,6 +101,7 @@ cdef class Coordinator:
     cdef string dead_reason
     cdef int dead_kind
     cdef bint busy                # requests wait in rounds: the thread keeps running them
+    cdef int waiting              # threads blocked on a handle (Pending.wait): no pause between rounds
     cdef bint kick                # a peer waits in a round this rank has not joined
     cdef bint finished            # the last round has run: the thread exits
     cdef int64_t turns            # (dmon) times the round lock was let go, for threads waiting on it
@@ -277,7 +278,7 @@ cdef class Coordinator:
         if problem == 2:
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        p = make_pending(req, &self.dmon, self, (inp, out))
+        p = make_pending(req, &self.dmon, &self.qmon, &self.waiting, self, (inp, out))
         self._track(p)
         if inline:
             with nogil:
@@ -435,7 +436,10 @@ cdef class Coordinator:
                 self._step()
             self._release_round()
             hv_lock(&self.qmon)
-            if self.busy and self.cycle_time > 0 and not (self.stop_requested or self.finished):
+            # between rounds, a pause of the cycle time (ended by a submit) gathers a burst of
+            # submissions into fewer rounds; once a thread waits on a handle, the burst is over
+            if (self.busy and self.cycle_time > 0 and self.waiting == 0
+                    and not (self.stop_requested or self.finished)):
                 remaining = start + self.cycle_time - hv_now()
                 if remaining > 0:
                     hv_wait(&self.qmon, remaining)
