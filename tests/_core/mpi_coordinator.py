@@ -239,6 +239,40 @@ def test_only_allreduce_runs_while_a_rank_has_joined():
         fn()
 
 
+def test_a_waiting_handle_ends_the_cycle_pause():
+    """Between rounds whose requests wait for other ranks, the coordinator pauses up to the
+    cycle time (to gather a burst of submissions); a thread blocked on a handle submits nothing
+    more, so its rank skips the pause. Rank 0 submits 'a' and waits; the others submit 'b',
+    pause, and 0.3 s later call 'a': with a 2 s cycle time that call completes at once, not
+    when rank 0's pause would have ended."""
+    coord = hvd._current().global_state.coordinator
+    before = coord.autotune_state()["cycle_time_ms"] / 1e3
+    x = np.ones(1000, np.float32)
+    hvd.allreduce(x, name="late.a")     # cached: the rounds below need no trip to rank 0
+    hvd.allreduce(x, name="late.b")
+    coord.configure(cycle_time=2.0)
+    hvd.barrier()
+    took = 0.0
+    try:
+        if RANK == 0:
+            h = hvd.allreduce_async(x, name="late.a")
+            time.sleep(0.05)            # a round runs with 'a' alone; then the pause
+            got = [h.synchronize(), hvd.allreduce(x, name="late.b")]
+        else:
+            h = hvd.allreduce_async(x, name="late.b")
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            got = [hvd.allreduce(x, name="late.a")]
+            took = time.monotonic() - t0
+            got.append(h.synchronize())
+    finally:
+        coord.configure(cycle_time=before)
+    failures = [] if took < 1.0 else [f"rank {RANK}: the late call took {took:.2f} s"]
+    if not all(np.array_equal(g, x) for g in got):      # Average of equal arrays
+        failures.append(f"rank {RANK}: wrong result")
+    assert_everywhere(failures)
+
+
 def test_idle_coordinator_uses_no_cpu():
     hvd.barrier()
     t0, c0 = time.monotonic(), time.process_time()
