@@ -2,11 +2,15 @@ from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.codes cimport ALG_COUNT
 from hvlite._core.p2p cimport Scratch
 
-# Size classes: powers of two from 1 KiB (everything smaller too) to 16 MiB (everything larger).
+# Size classes: powers of two from 1 KiB (everything smaller too) to 16 MiB (everything larger),
+# once for calls in place and once for outputs apart from their inputs (CAL_CLASSES on): the
+# algorithms rank differently (on one node out of place costs the shared-memory path one more
+# pass over memory; ring and rhd read the input as they go).
 cdef enum:
     CAL_LOW = 10
     CAL_HIGH = 24
     CAL_CLASSES = CAL_HIGH - CAL_LOW + 1
+    CAL_SLOTS = 2 * CAL_CLASSES
     CAL_MAX_CANDIDATES = 8
     CAL_TRIALS = 3           # calls per candidate; the median counts
 
@@ -16,19 +20,20 @@ cdef struct Calibration:
     bint enabled
     bint verbose         # rank 0 prints each class's figures (HVLITE_LOG_LEVEL=debug)
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
-    signed char pick[CAL_CLASSES]
-    double at_bytes[CAL_CLASSES]
-    double seconds[CAL_CLASSES][ALG_COUNT]         # each candidate's median trial; 0: none
-    double trial[CAL_CLASSES][CAL_MAX_CANDIDATES][CAL_TRIALS]
-    int ncand[CAL_CLASSES]                          # 0: trials not begun
-    int trials[CAL_CLASSES]                         # trial calls completed
-    int cand[CAL_CLASSES][CAL_MAX_CANDIDATES]
-    double pred[CAL_CLASSES][CAL_MAX_CANDIDATES]    # the model's predictions, for its order
+    signed char pick[CAL_SLOTS]
+    double at_bytes[CAL_SLOTS]
+    double seconds[CAL_SLOTS][ALG_COUNT]         # each candidate's median trial; 0: none
+    double trial[CAL_SLOTS][CAL_MAX_CANDIDATES][CAL_TRIALS]
+    int ncand[CAL_SLOTS]                          # 0: trials not begun
+    int trials[CAL_SLOTS]                         # trial calls completed
+    int cand[CAL_SLOTS][CAL_MAX_CANDIDATES]
+    double pred[CAL_SLOTS][CAL_MAX_CANDIDATES]    # the model's predictions, for its order
     int armed            # 1 + the class of the trial call under way; 0: none
     int armed_k          # its candidate
     double t0
 
-cdef int size_class(size_t nbytes) noexcept nogil
+# The class of a call of nbytes (apart: its output is not its input).
+cdef int size_class(size_t nbytes, bint apart=*) noexcept nogil
 # The trials of class cls begin: candidates (in the model's order of preference on ties) and
 # their predicted seconds.
 cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,

@@ -30,7 +30,7 @@ cdef extern from "sync.h" nogil:
 cdef double TIE = 1.10
 
 
-cdef int size_class(size_t nbytes) noexcept nogil:
+cdef int size_class(size_t nbytes, bint apart=False) noexcept nogil:
     cdef int k = 0
     while k < 62 and (<size_t>1 << (k + 1)) <= nbytes:
         k += 1
@@ -38,7 +38,7 @@ cdef int size_class(size_t nbytes) noexcept nogil:
         k = CAL_LOW
     if k > CAL_HIGH:
         k = CAL_HIGH
-    return k - CAL_LOW
+    return k - CAL_LOW + (CAL_CLASSES if apart else 0)
 
 
 cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,
@@ -83,7 +83,8 @@ cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
             best = i
     cal.pick[cls] = <signed char>cand[best]
     if cal.verbose and comm_rank(comm) == 0:
-        fprintf(stderr, b"hvlite: auto measured at %.0f bytes:", cal.at_bytes[cls])
+        fprintf(stderr, b"hvlite: auto measured at %.0f bytes%s:", cal.at_bytes[cls],
+                b" out of place" if cls >= CAL_CLASSES else b"")
         for i in range(n):
             fprintf(stderr, b" %s%s %.1f us%s", HV_ALGORITHM_NAMES[cand[i]],
                     b" (hierarchical over shm)" if cand[i] == ALG_SHM and cal.nodes > 1 else b"",

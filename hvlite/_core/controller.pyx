@@ -270,8 +270,13 @@ cdef void _answer(Table* t, Cache* cache, const string& name, int n, int joined_
     """Check one ready name, encode its answer, give it a cache slot, drop it from the table."""
     cdef Answer a
     cdef Entry* e = &t.entries[name]
+    cdef int r
     a.name = name
     a.meta = first_meta(e, n)
+    a.meta.apart = 0
+    for r in range(n):
+        if e.have[r] and e.metas[r].apart:
+            a.meta.apart = 1
     a.message = _agreement(name, e, n)
     if (a.message.empty() and joined_now and a.meta.collective != C_JOIN and
             a.meta.collective != C_BARRIER and a.meta.collective != C_ALLREDUCE):
@@ -378,4 +383,5 @@ cdef class Controller:
         m.collective, m.dtype, m.op, m.root, m.algorithm = meta[0], meta[1], meta[2], meta[3], meta[4]
         m.shape = [int(d) for d in meta[5]]
         m.error = (meta[6] if len(meta) > 6 else "").encode()
+        m.apart = bool(meta[7]) if len(meta) > 7 else 0
         return cache_lookup(&self.cache, bname, m)

@@ -256,6 +256,7 @@ cdef class Coordinator:
             req.meta.error = cerror
             req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
             req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
+            req.meta.apart = req.output != NULL and req.output != req.input
             req.splits = csplits
             req.status = ST_PENDING
             req.slot = -1
@@ -339,15 +340,15 @@ cdef class Coordinator:
         """The model this set's auto falls back on (its shm barrier measured by this set)."""
         return self.ctx.model
 
-    def calibration(self):
-        """What auto measured on this set, per size class (dispatch.calibration_table); read
-        between rounds."""
+    def calibration(self, out_of_place=False):
+        """What auto measured on this set, per size class (dispatch.calibration_table), for
+        calls in place or (out_of_place) not; read between rounds."""
         cdef Calibration snap
         with nogil:
             hv_lock(&self.rmon)
             snap = self.ctx.cal
             hv_unlock(&self.rmon)
-        return calibration_table(&snap)
+        return calibration_table(&snap, out_of_place)
 
     def death(self):
         """(kind, reason) once the coordinator has stopped, else None."""

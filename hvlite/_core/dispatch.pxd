@@ -24,12 +24,12 @@ cdef struct Context:
 # auto becomes the algorithm to run: the size class's pick, or while its trials run the next
 # candidate in turn (calibrate.pyx). Every rank resolves the same calls in the same order, and
 # after each call it resolved calls resolved_done (a collective while a trial is under way).
-cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=*) noexcept nogil
 cdef int resolved_done(Context* c) noexcept nogil
 # auto's choice without measuring: the class's pick if measured, else the cost model's.
-cdef int auto_choice(Context* c, size_t nbytes) noexcept nogil
+cdef int auto_choice(Context* c, size_t nbytes, bint apart=*) noexcept nogil
 # What calibration measured, for Python (with the GIL).
-cdef dict calibration_table(const Calibration* cal)
+cdef dict calibration_table(const Calibration* cal, bint apart=*)
 # In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count);
 # Adasum goes to run_adasum as one tensor, whatever `algo` says.
 cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,

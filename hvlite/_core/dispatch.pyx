@@ -17,7 +17,7 @@ from hvlite._core.tree cimport tree_allreduce
 from hvlite._core.hierarchical cimport hierarchical_allreduce
 from hvlite._core.mpiref cimport mpi_allreduce
 from hvlite._core.adasum cimport adasum_allreduce
-from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_LOW, CAL_MAX_CANDIDATES,
+from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS, CAL_LOW, CAL_MAX_CANDIDATES,
                                      size_class, cal_begin, cal_next, cal_done)
 from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
@@ -69,7 +69,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     calibrate = options[4] if len(options) > 4 else 0
     direct = options[5] if len(options) > 5 else True
     c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
-    for i in range(CAL_CLASSES):
+    for i in range(CAL_SLOTS):
         c.cal.pick[i] = -1
         c.cal.ncand[i] = 0
         c.cal.trials[i] = 0
@@ -102,37 +102,39 @@ cdef void context_free(Context* c) noexcept nogil:
     shm_close_area(&c.shm)
 
 
-cdef int auto_choice(Context* c, size_t nbytes) noexcept nogil:
-    cdef int pick = c.cal.pick[size_class(nbytes)] if c.cal.enabled else -1
+cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil:
+    cdef int pick = c.cal.pick[size_class(nbytes, apart)] if c.cal.enabled else -1
     if pick >= 0:
         return pick
     return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, c.shm_ok, &c.model)
 
 
-cdef dict calibration_table(const Calibration* cal):
+cdef dict calibration_table(const Calibration* cal, bint apart=False):
     """{class size in bytes: {"pick", "at_bytes", "seconds": {algorithm: s}}} for measured
-    classes."""
+    classes of calls in place (apart: of calls whose output is not their input)."""
     from hvlite._core.codes import ALGORITHMS as names
     out = {}
-    for k in range(CAL_CLASSES):
+    cdef int k
+    for j in range(CAL_CLASSES):
+        k = j + (CAL_CLASSES if apart else 0)
         if cal.pick[k] < 0:
             continue
-        out[1 << (k + CAL_LOW)] = {
+        out[1 << (j + CAL_LOW)] = {
             "pick": names[cal.pick[k]], "at_bytes": int(cal.at_bytes[k]),
             "seconds": {names[a]: cal.seconds[k][a] for a in range(ALG_COUNT)
                         if cal.seconds[k][a] > 0}}
     return out
 
 
-cdef int resolve_algorithm(Context* c, size_t nbytes, int algo) noexcept nogil:
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False) noexcept nogil:
     cdef int cls, model, n = 0, a
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
     cdef double best
     if algo != ALG_AUTO:
         return algo
-    model = auto_choice(c, nbytes)
-    cls = size_class(nbytes)
+    model = auto_choice(c, nbytes, apart)
+    cls = size_class(nbytes, apart)
     if not c.cal.enabled or c.size <= 1 or c.cal.pick[cls] >= 0:
         return model
     if c.cal.ncand[cls] == 0:

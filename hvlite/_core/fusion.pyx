@@ -88,7 +88,10 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
     if not adasum and pieces_in_segment(c, it.meta.algorithm) and batch.size() > 1:
         return _run_through_segment(c, items, batch, total, divisor, t0)
     # Adasum runs its own algorithm (recorded as auto, the only algorithm it is submitted with).
-    algo = ALG_AUTO if adasum else resolve_algorithm(c, total * es, it.meta.algorithm)
+    # a lone tensor whose output is apart from its input (on any rank: the agreed meta says)
+    # is timed in classes of its own
+    algo = ALG_AUTO if adasum else resolve_algorithm(c, total * es, it.meta.algorithm,
+                                                     batch.size() == 1 and it.meta.apart)
     # A lone tensor reduced in place runs the segment's in-place all-reduce instead, which
     # copies in only the slices the others reduce and out only theirs (1 MiB, 2 ranks: 190 us
     # against 450 us through the pieces).

@@ -17,6 +17,9 @@ cdef cppclass Meta:
     int algorithm
     vector[int64_t] shape      # allgather / alltoall: the first dimension may differ by rank
     string error               # a failed local check: every rank's handle fails, naming it
+    uint8_t apart              # output apart from the input: this rank's in a submission; in an
+                               # answer (and so in the cache) whether any rank's was (auto times
+                               # such calls in classes of their own, alike on every rank)
 
 cdef cppclass Request:
     string name

@@ -32,6 +32,7 @@ cdef void put_meta(string& s, const Meta& m) noexcept nogil:
     for i in range(m.shape.size()):
         put_i64(s, m.shape[i])
     put_str(s, m.error)
+    put_i64(s, m.apart)
 
 
 cdef void reader_init(Reader* r, const char* p, size_t n) noexcept nogil:
@@ -75,6 +76,7 @@ cdef void get_meta(Reader* r, Meta* m) noexcept nogil:
             break           # a corrupt count must not allocate without bound
         m.shape.push_back(get_i64(r))
     m.error = get_str(r)
+    m.apart = 1 if get_i64(r) != 0 else 0
 
 
 # ---- worker -> rank 0 ------------------------------------------------------------------------
@@ -173,7 +175,7 @@ cdef void get_tune(Reader* r, Tune* t) noexcept nogil:
 
 
 # ---- Python access (tests) -------------------------------------------------------------------
-# A meta is (collective, dtype, op, root, algorithm, shape, error); names are str.
+# A meta is (collective, dtype, op, root, algorithm, shape, error, apart); names are str.
 
 cdef string _bytes(s):
     return s if isinstance(s, bytes) else s.encode("utf-8", "surrogateescape")
@@ -188,11 +190,13 @@ cdef Meta meta_from(tuple m):
     meta.collective, meta.dtype, meta.op, meta.root, meta.algorithm = m[0], m[1], m[2], m[3], m[4]
     meta.shape = [int(d) for d in m[5]]
     meta.error = _bytes(m[6] if len(m) > 6 else "")
+    meta.apart = bool(m[7]) if len(m) > 7 else 0
     return meta
 
 
 cdef tuple meta_to(const Meta& m):
-    return (m.collective, m.dtype, m.op, m.root, m.algorithm, tuple(m.shape), _text(m.error))
+    return (m.collective, m.dtype, m.op, m.root, m.algorithm, tuple(m.shape), _text(m.error),
+            m.apart)
 
 
 def encode_submission(bint stopping, bint joined, records=()):

@@ -74,6 +74,32 @@ def test_each_class_tried_then_kept():
     assert_everywhere(failures)
 
 
+def test_in_place_and_out_of_place_classes_agree_across_ranks():
+    """Calls whose output is apart from their input are timed in classes of their own. Rank 0
+    reduces in place where the others do not (legal: the results are the same): every rank
+    still resolves each call alike (a mismatch would hang or garble), and the classes of the
+    calls in place elsewhere are left alone."""
+    before = table()
+    failures = []
+    for n in (300 << 10, 3 << 20):
+        for k in range(16):
+            x = np.full(n // 4, RANK + k, np.float32)
+            got = (hvd.allreduce_(x, op=hvd.Sum, name=f"cal.mix.{n}") if RANK == 0 else
+                   hvd.allreduce(x, op=hvd.Sum, name=f"cal.mix.{n}"))
+            if not np.all(got == N * k + N * (N - 1) / 2):
+                failures.append(f"{n} B call {k}: {got[:3]}")
+                break
+    apart = RT.global_state.coordinator.calibration(out_of_place=True)
+    if ON and N > 1 and not {1 << 18, 1 << 21} <= set(apart):
+        failures.append(f"out-of-place classes not measured: {apart}")
+    if table() != before:
+        failures.append(f"the in-place classes changed: {before} -> {table()}")
+    everyone = MPI.COMM_WORLD.allgather(apart)
+    if any(t != everyone[0] for t in everyone):
+        failures.append(f"out-of-place tables differ between ranks: {everyone}")
+    assert_everywhere(failures)
+
+
 @pytest.mark.skipif(MPI.COMM_WORLD.Get_size() <= 2, reason="needs a set smaller than the job")
 def test_a_process_set_measures_for_itself():
     before = table()

@@ -10,9 +10,10 @@ OK, ERROR = 0, 1
 RANKS = [1, 2, 3, 5, 8]
 
 
-def meta(coll="allreduce", dtype="float32", op="Sum", root=0, alg="auto", shape=(4,), error=""):
+def meta(coll="allreduce", dtype="float32", op="Sum", root=0, alg="auto", shape=(4,), error="",
+         apart=0):
     return (codes.COLLECTIVES.index(coll), codes.DTYPES.index(dtype), codes.OPS.index(op), root,
-            codes.ALGORITHMS.index(alg), tuple(shape), error)
+            codes.ALGORITHMS.index(alg), tuple(shape), error, apart)
 
 
 def sub(*records, stopping=False, joined=False):
@@ -51,6 +52,22 @@ def test_ready_only_once_every_rank_submitted(n):
             assert ctl.waiting() == {}
             # the last rank arrived a round after the others (with one rank, nobody is late)
             assert a["late"] == ("" if n == 1 else str(n - 1))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("who", ["none", "one", "all"])
+def test_the_answer_says_whether_any_rank_has_its_output_apart(n, who):
+    """In place on some ranks and out of place on others is no disagreement (the results are
+    the same); the answer carries whether any rank's output is apart, so every rank's auto
+    times the call in the same class."""
+    ctl = Controller(n, cache_capacity=4)
+    apart = {"none": [0] * n, "one": [0] * (n - 1) + [1], "all": [1] * n}[who]
+    resp = respond(ctl, [sub(("g", meta(apart=apart[r]))) for r in range(n)])
+    a = answer(resp, "g")
+    assert a["status"] == OK and a["message"] == "", a
+    assert a["meta"] == meta(apart=int(who != "none"))
+    # a rank that changes sides later still hits the cache: the flag is not compared
+    assert ctl.lookup("g", meta(apart=1 - apart[0])) == a["slot"] >= 0
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
