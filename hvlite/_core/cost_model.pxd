@@ -3,7 +3,8 @@ from hvlite._core.codes cimport *
 
 # Seconds per message (alpha) and per byte moved (beta), within a node and between nodes,
 # seconds per byte reduced (gamma), and for the shared-memory algorithm: seconds per flag
-# barrier (alpha_shm) and per byte copied by memcpy (beta_mem).
+# barrier (alpha_shm) and per byte copied by memcpy (beta_mem); shm_direct: the node's ranks
+# read each other's buffers (shm_direct.pyx), which takes fewer passes over memory.
 cdef struct CostModel:
     double alpha_intra
     double beta_intra
@@ -12,6 +13,7 @@ cdef struct CostModel:
     double gamma
     double alpha_shm
     double beta_mem
+    bint shm_direct
 
 cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
                     const CostModel* m) noexcept nogil

@@ -11,7 +11,10 @@ L = log2 of the largest power of two p <= N:
                   + the best of rd/rhd/ring among the nodes on n/L_node bytes at inter-node α
                   and L_node·β_inter (below)
     shm           2α_shm + n(2β_mem + ((L_node-1)/L_node)γ) within the node (copy in, reduce
-                  a slice, copy out) + the same cross-node step as hierarchical
+                  a slice, copy out) + the same cross-node step as hierarchical; reading the
+                  peers' buffers directly (one node, from (L_node-1) x 256 KiB), 2α_shm +
+                  ((L_node-1)/L_node)n(2β_mem + γ): each rank reads the others' part of its
+                  slice, reduces it and writes the result into the others' outputs
 
 β_inter is per byte through one node's link, which all of the node's ranks share. Flat
 algorithms on several nodes pay the inter-node figures (their slowest link): a ring placed node
@@ -62,7 +65,9 @@ cdef double predict(int algo, double nbytes, int n, int nodes, int local_size,
     cdef double b = m.beta_inter if nodes > 1 else m.beta_intra
     cdef double inner, x1, x2
     if algo == ALG_HIERARCHICAL or algo == ALG_SHM:
-        if algo == ALG_SHM:
+        if algo == ALG_SHM and m.shm_direct and local_size > 1 and nbytes >= (local_size - 1) * 262144.0:
+            inner = 2 * m.alpha_shm + nbytes * (local_size - 1.0) / local_size * (2 * m.beta_mem + m.gamma)
+        elif algo == ALG_SHM:
             inner = 0.0 if local_size <= 1 else (
                 2 * m.alpha_shm + nbytes * (2 * m.beta_mem + (local_size - 1.0) / local_size * m.gamma))
         else:
@@ -106,29 +111,34 @@ cdef int choose(double nbytes, int n, int nodes, int local_size, bint uniform, b
 
 
 def model_from(alpha_intra, beta_intra, alpha_inter=None, beta_inter=None, gamma=None,
-               alpha_shm=1e-6, beta_mem=None):
+               alpha_shm=1e-6, beta_mem=None, shm_direct=False):
     """A CostModel as a dict (Python view of the struct)."""
-    return {"alpha_intra": alpha_intra, "beta_intra": beta_intra,
+    return {"shm_direct": shm_direct, "alpha_intra": alpha_intra, "beta_intra": beta_intra,
             "alpha_inter": alpha_inter if alpha_inter is not None else alpha_intra,
             "beta_inter": beta_inter if beta_inter is not None else beta_intra,
             "gamma": gamma if gamma is not None else beta_intra,
             "alpha_shm": alpha_shm, "beta_mem": beta_mem if beta_mem is not None else beta_intra / 4}
 
 
+def complete(dict model):
+    """The model with what its maker may leave out filled in (no direct reads)."""
+    return model if "shm_direct" in model else dict(model, shm_direct=False)
+
+
 def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1, int local_size=0):
-    cdef CostModel m = model
+    cdef CostModel m = complete(model)
     return predict(ALGORITHMS[algorithm], nbytes, n, nodes, local_size or n, &m)
 
 
 def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True,
                 bint shm=False):
-    cdef CostModel m = model
+    cdef CostModel m = complete(model)
     return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, shm, &m)]
 
 
 def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=True, bint shm=False):
     """Where auto's choice changes, from 1 byte to 1 GiB: "rd < 16 KiB <= rhd < ..."."""
-    cdef CostModel m = model
+    cdef CostModel m = complete(model)
     parts, last = [], None
     for k in range(0, 31):
         algo = NAMES[choose(float(1 << k), n, nodes, local_size or n, uniform, shm, &m)]

@@ -9,6 +9,7 @@ from hvlite._core.reduce cimport kernel_op, finish_op
 from hvlite._core.p2p cimport allreduce_fn
 from hvlite._core.codes cimport HV_ERR_SHM
 from hvlite._core.cost_model cimport *
+from hvlite._core.cost_model import complete
 from hvlite._core.codes cimport *
 from hvlite._core.ring cimport ring_allreduce, ring_allreduce_from
 from hvlite._core.rhd cimport rhd_allreduce, rhd_allreduce_from
@@ -59,7 +60,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.rank, c.size = comm.Get_rank(), comm.Get_size()
     c.local_size = local.Get_size()
     c.uniform, c.nodes = uniform, nodes
-    c.model = model
+    c.model = complete(model)
     c.scratch.seg_bytes = (segment_bytes + 63) // 64 * 64
     c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
     if c.scratch.buf == NULL:
@@ -93,6 +94,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     elif c.shm.base != NULL:
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
+    c.model.shm_direct = c.direct_ok
     return 0
 
 

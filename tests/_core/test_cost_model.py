@@ -22,6 +22,22 @@ def test_tree_and_rhd_formulas():
     assert predict_seconds("ring", n, 1, SHM) == 0
 
 
+@pytest.mark.parametrize("L", [2, 3, 4])
+def test_shm_reading_the_peers_directly_from_its_threshold(L):
+    """With the peers' buffers read directly (one node, from (L-1) x 256 KiB) each rank moves
+    only the others' part of its slice in and out: ((L-1)/L)n(2 beta_mem + gamma); below the
+    threshold, or without it, the slots' n(2 beta_mem + ((L-1)/L) gamma)."""
+    direct = dict(SHM, shm_direct=True)
+    a, m, g = SHM["alpha_shm"], SHM["beta_mem"], SHM["gamma"]
+    big, small = (L - 1) * (256 << 10), (L - 1) * (256 << 10) - 64
+    assert predict_seconds("shm", big, L, direct) == pytest.approx(
+        2 * a + (L - 1) / L * big * (2 * m + g))
+    for model, n in ((direct, small), (SHM, big)):
+        assert predict_seconds("shm", n, L, model) == pytest.approx(
+            2 * a + n * (2 * m + (L - 1) / L * g))
+    assert predict_seconds("shm", big, L, direct) < predict_seconds("shm", big, L, SHM)
+
+
 @pytest.mark.parametrize("n", [2, 4, 5, 8, 16])
 def test_tiny_buffers_pick_a_log_depth_algorithm(n):
     # (at N=3 the ring also needs only 2(N-1) = 4 messages, so it may win there)
