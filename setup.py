@@ -37,7 +37,7 @@ os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx"
 ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
-MODULES = ["codes", "dtypes", "reduce", "liveness", "p2p", "agree", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "shm_direct", "mpiref", "cost_model", "calibrate",
+MODULES = ["codes", "dtypes", "reduce", "liveness", "p2p", "agree", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "arena", "shm_direct", "mpiref", "cost_model", "calibrate",
            "adasum", "dispatch", "direct", "probe",
            "ps"]   # parameter server transfers
 CXX_MODULES = ["shm_copy", "mpi_collectives", "cache", "wire", "describe", "stall", "controller", "transport", "fusion", "trace", "autotune", "pending", "coordinator"]   # C++: std containers, no GIL

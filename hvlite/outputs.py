@@ -9,6 +9,8 @@ overwritten. Only names that come back are kept (a name's result is kept from it
 on: names used once, such as one per step, never hold memory here), and only the caller's own
 names (automatic names are recycled for other calls). Small arrays come from the heap without
 page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
+The arrays it keeps come from `allocate(nbytes)` when given (the node's shared output arena,
+_core/arena.pyx: the peers write results into them without the kernel), else from NumPy.
 """
 import sys
 from collections import OrderedDict
@@ -21,12 +23,19 @@ MAX_NAMES = 4096        # names seen once, remembered to know when one comes bac
 
 
 class OutputPool:
-    __slots__ = ("arrays", "nbytes", "seen")
+    __slots__ = ("arrays", "nbytes", "seen", "allocate")
 
-    def __init__(self):
+    def __init__(self, allocate=None):
         self.arrays = OrderedDict()
         self.nbytes = 0
         self.seen = OrderedDict()
+        self.allocate = allocate
+
+    def _new(self, like):
+        block = self.allocate(like.nbytes) if self.allocate is not None else None
+        if block is None:
+            return np.empty_like(like)
+        return np.frombuffer(block, like.dtype, like.size).reshape(like.shape)
 
     def take(self, name, like, keep=True):
         """An uninitialized array shaped and typed like `like`, for the result of `name`
@@ -40,14 +49,14 @@ class OutputPool:
             if prev.shape == like.shape and prev.dtype == like.dtype and sys.getrefcount(prev) == 2:
                 out = prev
             else:
-                out = np.empty_like(like)
+                out = self._new(like)
+        elif name not in self.seen:         # perhaps never again: remember the name only
+            self.seen[name] = None
+            if len(self.seen) > MAX_NAMES:
+                self.seen.popitem(last=False)
+            return np.empty_like(like)
         else:
-            out = np.empty_like(like)
-            if name not in self.seen:       # perhaps never again: remember the name only
-                self.seen[name] = None
-                if len(self.seen) > MAX_NAMES:
-                    self.seen.popitem(last=False)
-                return out
+            out = self._new(like)
         self.arrays[name] = out
         self.nbytes += out.nbytes
         while self.nbytes > MAX_BYTES and len(self.arrays) > 1:

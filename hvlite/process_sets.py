@@ -125,7 +125,8 @@ class SetState:
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
         self.names = {}
-        self.outputs = OutputPool()            # out-of-place results, reused by name
+        # out-of-place results, reused by name; on one node from the shared output arena
+        self.outputs = OutputPool(_arena_take() if self.coordinator.outputs_shared() else None)
         self.algorithm_codes = {}              # algorithm= (None: the default) -> its code
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
@@ -316,6 +317,11 @@ class Registry:
             raise InvalidArgumentError(f"{what}: rank {rt.rank} is not part of process set "
                                        f"{process_set.process_set_id} (ranks {process_set.ranks})")
         return state
+
+
+def _arena_take():
+    from hvlite._core.arena import shared
+    return shared().take
 
 
 def state_of(rt, process_set, what, outsider_ok=False):

@@ -37,6 +37,29 @@ def test_a_result_still_held_is_never_reused():
     assert pool.take("h", BIG) is not kept[0]
 
 
+def test_kept_results_come_from_the_allocator_when_given():
+    blocks = []
+
+    def allocate(nbytes):           # a stand-in for the shared arena; None: it is full
+        if len(blocks) >= 2:
+            return None
+        blocks.append(bytearray(nbytes))
+        return blocks[-1]
+    pool = OutputPool(allocate)
+    first = pool.take("g", BIG)             # a name's first call: NumPy's
+    assert first.base is None and not blocks
+    kept = pool.take("g", BIG)
+    assert kept.shape == BIG.shape and kept.dtype == BIG.dtype and len(blocks) == 1
+    assert kept.base is not None and kept.flags.writeable
+    ref = weakref.ref(kept)
+    del kept
+    assert pool.take("g", BIG) is ref()     # reused, no new block
+    pool.take("h", BIG)
+    pool.take("h", BIG)
+    pool.take("i", BIG)
+    assert pool.take("i", BIG).base is None and len(blocks) == 2    # full: NumPy's again
+
+
 def test_other_shapes_and_dtypes_and_small_arrays_get_new_arrays():
     pool = OutputPool()
     pool.take("g", BIG)

@@ -336,6 +336,11 @@ cdef class Coordinator:
         communicator that MPI gives the same context."""
         return self.watch.quiet
 
+    def outputs_shared(self):
+        """Whether this set's peers map this process's output arena (_core/arena.pyx), so its
+        out-of-place results should come from there."""
+        return self.ctx.outs != NULL
+
     def cost_model(self):
         """The model this set's auto falls back on (its shm barrier measured by this set)."""
         return self.ctx.model

@@ -2,6 +2,7 @@ from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.p2p cimport Scratch
 from hvlite._core.cost_model cimport CostModel
 from hvlite._core.shm cimport ShmArea, ShmPiece
+from hvlite._core.shm_direct cimport OutMap
 from hvlite._core.calibrate cimport Calibration
 
 # Everything an all-reduce needs, for code that runs without the GIL.
@@ -19,6 +20,7 @@ cdef struct Context:
     ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
     bint direct_ok       # one node whose ranks read each other's buffers (shm_direct.pyx)
+    OutMap* outs         # then per node rank its output arena mapped here (arena.pyx), or NULL
     Calibration cal      # auto's measured picks per size class (calibrate.pyx)
 
 # auto becomes the algorithm to run: the size class's pick, or while its trials run the next

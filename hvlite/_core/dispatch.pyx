@@ -1,6 +1,8 @@
 """Algorithm dispatch on a Context: picks the algorithm ("auto": the cost model proposes, the
 job's first calls of each size class decide, calibrate.pyx) and runs it."""
-from libc.stdlib cimport free
+from libc.stdlib cimport free, calloc
+from libc.stdint cimport uint64_t
+from posix.mman cimport munmap
 from libc.string cimport memcpy
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
@@ -22,7 +24,7 @@ from hvlite._core.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS, CAL_LO
                                      size_class, cal_begin, cal_next, cal_done)
 from hvlite._core.shm cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
-from hvlite._core.shm_direct cimport shm_direct_allreduce, direct_probe
+from hvlite._core.shm_direct cimport shm_direct_allreduce, direct_probe, OutMap
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -54,6 +56,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
                       int nodes, size_t segment_bytes, dict model, tuple options) except -1:
     """options: see dispatch.pxd. Collective over comm."""
     cdef int i, a
+    c.outs = NULL
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi
@@ -95,12 +98,41 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
     c.model.shm_direct = c.direct_ok
+    c.outs = NULL
+    if c.direct_ok:
+        _map_outputs(c, local)
     return 0
 
 
+cdef void _map_outputs(Context* c, local):
+    """Every node rank's output arena mapped here, so this rank writes its results into the
+    peers' out-of-place outputs itself (a rank without one, or one it cannot map, gets the
+    kernel's writes: nothing to agree on)."""
+    import os
+    from hvlite._core.arena import shared, map_peer
+    cdef int r
+    a = shared()
+    everyone = local.allgather((os.getpid(), a.fd, a.address, a.cap) if a is not None else None)
+    c.outs = <OutMap*>calloc(c.local_size, sizeof(OutMap))
+    if c.outs == NULL:
+        return
+    for r, peer in enumerate(everyone):
+        if r != local.Get_rank() and peer is not None:
+            c.outs[r].map = <char*><uint64_t>map_peer(peer[0], peer[1], peer[3])
+            if c.outs[r].map != NULL:
+                c.outs[r].base, c.outs[r].cap = peer[2], peer[3]
+
+
 cdef void context_free(Context* c) noexcept nogil:
+    cdef int r
     free(c.scratch.buf)
     c.scratch.buf = NULL
+    if c.outs != NULL:
+        for r in range(c.local_size):
+            if c.outs[r].map != NULL:
+                munmap(c.outs[r].map, c.outs[r].cap)
+        free(c.outs)
+        c.outs = NULL
     shm_close_area(&c.shm)
 
 
@@ -179,7 +211,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
                 piece.input = piece.output = buf
                 piece.start = 0
                 piece.count = count
-                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm)
+                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm, c.outs)
             if err == 1:
                 err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
                                     _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
@@ -238,7 +270,7 @@ cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces
     straight from the peers' buffers where the node allows it, else through the slots."""
     cdef int err = 1
     if c.direct_ok:
-        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm, c.outs)
     if err == 1:
         err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
     cdef size_t k

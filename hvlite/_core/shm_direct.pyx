@@ -41,6 +41,9 @@ cdef extern from "<sys/uio.h>" nogil:
     ssize_t process_vm_writev(int pid, const iovec* local, unsigned long liovcnt,
                               const iovec* remote, unsigned long riovcnt, unsigned long flags)
 
+cdef extern from "stream.h" nogil:
+    void hv_stream_copy(char* dst, const char* src, size_t n)
+
 cdef extern from "<sys/prctl.h>" nogil:
     int prctl(int option, unsigned long arg2, unsigned long arg3, unsigned long arg4,
               unsigned long arg5)
@@ -145,18 +148,17 @@ cdef int _move(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr,
     return 0
 
 
-cdef int _peer_range(const Table* t, size_t a, size_t b, size_t es, int field, char* buf,
-                     bint write, iovec* loc, iovec* rem) noexcept nogil:
-    """A peer's buffers (field 2: inputs, 3: outputs) for batch elements [a, b) into the
-    contiguous buf, or (write) from it."""
+cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, iovec* loc,
+                      iovec* rem) noexcept nogil:
+    """A peer's inputs for batch elements [a, b) into the contiguous buf."""
     cdef size_t n, end, nbytes
     cdef int err
     while a < b:
-        n = _iovs(t.w, t.np, a, b, es, field, rem, NIOV, &end)
+        n = _iovs(t.w, t.np, a, b, es, 2, rem, NIOV, &end)
         nbytes = (end - a) * es
         loc[0].iov_base = buf
         loc[0].iov_len = nbytes
-        err = _move(t.pid, loc, 1, rem, n, write)
+        err = _move(t.pid, loc, 1, rem, n, False)
         if err:
             return err
         buf += nbytes
@@ -164,24 +166,50 @@ cdef int _peer_range(const Table* t, size_t a, size_t b, size_t es, int field, c
     return 0
 
 
-cdef int _push_own(const Table* mine, const Table* t, size_t a, size_t b, size_t es,
-                   iovec* loc, iovec* rem) noexcept nogil:
-    """This rank's outputs for [a, b) straight into a peer's outputs."""
-    cdef size_t nl, nr, end_l, end_r, stop
+cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap* to, size_t a,
+               size_t b, size_t es, iovec* loc, iovec* rem) noexcept nogil:
+    """The result for batch elements [a, b) into a peer's outputs: from acc (contiguous), or
+    with acc NULL from this rank's own outputs. Where the peer's output lies in its arena
+    (mapped here) the stores bypass the cache; elsewhere the kernel writes them."""
+    cdef size_t i = _find(t.w, t.np, a), j = 0, n = 0, stop, length, x = a
+    cdef uint64_t dst
+    cdef const char* src
     cdef int err
-    while a < b:
-        # as far as both lists reach within their caps
-        nl = _iovs(mine.w, mine.np, a, b, es, 3, loc, NIOV, &end_l)
-        stop = end_l
-        nr = _iovs(t.w, t.np, a, stop, es, 3, rem, NIOV, &end_r)
-        if end_r < stop:
-            stop = end_r
-            nl = _iovs(mine.w, mine.np, a, stop, es, 3, loc, NIOV, &end_l)
-        err = _move(t.pid, loc, nl, rem, nr, True)
-        if err:
-            return err
+    if acc == NULL:
+        j = _find(mine.w, mine.np, a)
+    while a < b and i < t.np:
+        stop = <size_t>(t.w[i * PER] + t.w[i * PER + 1])
+        if stop <= a:
+            i += 1
+            continue
+        if acc == NULL:
+            if j >= mine.np:
+                break
+            if <size_t>(mine.w[j * PER] + mine.w[j * PER + 1]) <= a:
+                j += 1
+                continue
+            stop = min(stop, <size_t>(mine.w[j * PER] + mine.w[j * PER + 1]))
+            src = <const char*>(<uint64_t>mine.w[j * PER + 3]) + (a - <size_t>mine.w[j * PER]) * es
+        else:
+            src = acc + (a - x) * es
+        stop = min(stop, b)
+        length = (stop - a) * es
+        dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
+        if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
+            hv_stream_copy(to.map + (dst - to.base), src, length)
+        else:
+            loc[n].iov_base = <void*>src
+            loc[n].iov_len = length
+            rem[n].iov_base = <void*>dst
+            rem[n].iov_len = length
+            n += 1
+            if n == NIOV:
+                err = _move(t.pid, loc, n, rem, n, True)
+                if err:
+                    return err
+                n = 0
         a = stop
-    return 0
+    return _move(t.pid, loc, n, rem, n, True) if n else 0
 
 
 cdef bint _own_inplace(const int64_t* w, size_t np, size_t a, size_t b) noexcept nogil:
@@ -209,10 +237,13 @@ cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, cons
         i += 1
 
 
+cdef OutMap _NO_MAP
+
+
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a) noexcept nogil:
+                              ShmArea* a, const OutMap* maps) noexcept nogil:
     """Returns 0 when done, 1 when the caller must take the slot path (every rank returns the
-    same), or an error code."""
+    same), or an error code. maps: per node rank, its output arena mapped here (or NULL)."""
     cdef size_t es = dtype_size(dtype), k, lo, hi, at, n, step = CHUNK // es
     cdef int parity = (a.epoch + 1) & 1, r, err = 0, fallback = 0, e
     cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
@@ -266,19 +297,20 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             # then out of them into every peer's outputs
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _peer_range(&tables[r], at, at + n, es, 2, tmp, False, loc, rem)
+                    err = _peer_inputs(&tables[r], at, at + n, es, tmp, loc, rem)
                     if err == 0:
                         _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
-                    err = _push_own(&tables[a.me], &tables[r], at, at + n, es, loc, rem)
+                    err = _push(&tables[a.me], NULL, &tables[r], (&maps[r] if maps != NULL else &_NO_MAP), at, at + n, es,
+                                loc, rem)
         else:
             for r in range(a.L):
                 if r == a.me:
                     shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
                 else:
-                    err = _peer_range(&tables[r], at, at + n, es, 2, acc if r == 0 else tmp,
-                                      False, loc, rem)
+                    err = _peer_inputs(&tables[r], at, at + n, es, acc if r == 0 else tmp,
+                                       loc, rem)
                     if err:
                         break
                 if r:
@@ -287,7 +319,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                 shm_scatter(p, np, at, at + n, acc, dtype)
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _peer_range(&tables[r], at, at + n, es, 3, acc, True, loc, rem)
+                    err = _push(NULL, acc, &tables[r], (&maps[r] if maps != NULL else &_NO_MAP), at, at + n, es, loc, rem)
         at += n
     e = shm_barrier(a)      # every peer's writes into this rank's outputs are done, and no rank
     if err == 0:            # returns (letting its buffers go) while a peer still reads them
