@@ -68,6 +68,13 @@ cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter, Compare](Iter first, Iter last, Compare comp)
 
 
+cdef extern from "<sched.h>" nogil:
+    struct sched_param:
+        int sched_priority
+    int sched_setscheduler(int pid, int policy, const sched_param* param)
+    int SCHED_BATCH
+
+cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
 
 
@@ -101,7 +108,6 @@ cdef class Coordinator:
     cdef string dead_reason
     cdef int dead_kind
     cdef bint busy                # requests wait in rounds: the thread keeps running them
-    cdef int waiting              # threads blocked on a handle (Pending.wait): no pause between rounds
     cdef bint kick                # a peer waits in a round this rank has not joined
     cdef bint finished            # the last round has run: the thread exits
     cdef int64_t turns            # (dmon) times the round lock was let go, for threads waiting on it
@@ -279,7 +285,7 @@ cdef class Coordinator:
         if problem == 2:
             return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
                                "synchronize it first or use another name")
-        p = make_pending(req, &self.dmon, &self.qmon, &self.waiting, self, (inp, out))
+        p = make_pending(req, &self.dmon, self, (inp, out))
         self._track(p)
         if inline:
             with nogil:
@@ -335,6 +341,11 @@ cdef class Coordinator:
         its peers): only then may it be freed, or a late ping would land in a later
         communicator that MPI gives the same context."""
         return self.watch.quiet
+
+    def _drive_pending(self, Pending p):
+        """Pending.wait: run rounds on the waiting thread until p's request completes."""
+        with nogil:
+            self._drive(p.req)
 
     def outputs_shared(self):
         """Whether this set's peers map this process's output arena (_core/arena.pyx), so its
@@ -425,14 +436,31 @@ cdef class Coordinator:
     # ---- coordinator thread -----------------------------------------------------------------
 
     cdef void _loop(self) noexcept nogil:
-        cdef double start, remaining
-        cdef bint go
+        cdef double start, remaining, until
+        cdef bint go, fresh
+        cdef sched_param batch
+        batch.sched_priority = 0
+        # A submit's wake-up must not preempt the submitting thread (on a busy core that cost
+        # two context switches per async call, ~15 us): this thread runs when a core is free or
+        # its turn comes, as a batch task (pid 0: this thread; no privilege needed).
+        sched_setscheduler(0, SCHED_BATCH, &batch)
         watch_bind(&self.watch)
         while True:
             hv_lock(&self.qmon)
             self._idle()
             go = not self.finished
+            fresh = go and not (self.busy or self.kick or self.stop_requested)
             self.kick = False
+            if fresh and self.cycle_time > 0:
+                # Work submitted to an idle coordinator: a moment (more submits do not end it)
+                # for the submitting thread to wait on it and run the round itself, with no
+                # wake-up here and hand-back there (an async 4 KiB call, then synchronize).
+                until = hv_now() + (GRACE if GRACE < self.cycle_time else self.cycle_time)
+                while not (self.stop_requested or self.finished):
+                    remaining = until - hv_now()
+                    if remaining <= 0:
+                        break
+                    hv_wait(&self.qmon, remaining)
             hv_unlock(&self.qmon)
             if not go:
                 return
@@ -443,8 +471,9 @@ cdef class Coordinator:
             self._release_round()
             hv_lock(&self.qmon)
             # between rounds, a pause of the cycle time (ended by a submit) gathers a burst of
-            # submissions into fewer rounds; once a thread waits on a handle, the burst is over
-            if (self.busy and self.cycle_time > 0 and self.waiting == 0
+            # submissions into fewer rounds (a thread that waits on a handle runs the rounds
+            # itself meanwhile: its burst is over)
+            if (self.busy and self.cycle_time > 0
                     and not (self.stop_requested or self.finished)):
                 remaining = start + self.cycle_time - hv_now()
                 if remaining > 0:

@@ -7,12 +7,9 @@ cdef class OwnedBuffer:
 cdef class Pending:
     cdef Request* req
     cdef hv_monitor* mon       # the coordinator's completion monitor
-    cdef hv_monitor* qmon      # its queue monitor, and under it the count of threads waiting
-    cdef int* waiting          # for a request (they end its cycle-time pause: no more is coming)
-    cdef object owner          # keeps the coordinator (and so the monitor) alive
+    cdef object owner          # the coordinator: keeps the monitor alive; wait() runs its rounds
     cdef object keep           # the buffers the request reads and writes, until it completes
 
     cdef bint pending(self) noexcept
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, hv_monitor* qmon, int* waiting,
-                          object owner, object keep)
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep)

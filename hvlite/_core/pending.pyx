@@ -36,22 +36,19 @@ cdef class Pending:
         return hv_load(&self.req.status) != ST_PENDING
 
     def wait(self):
-        """Block (without the GIL) until the coordinator completes the request. (It does not
-        run rounds itself, as a synchronous call does: a step's async submits must gather
-        into few rounds, at the coordinator thread's cycle time.) A thread that waits submits
-        nothing more meanwhile, so the coordinator is told: it skips the rest of its cycle-time
-        pause (which only gathers submissions into fewer rounds)."""
+        """Block until the request completes, running the coordinator's rounds on this thread
+        meanwhile (as a synchronous call does): a thread that waits submits nothing more, so
+        its rank's burst of submissions is over, and running the round here saves waking the
+        coordinator thread and being woken back (an async 4 KiB call then synchronize: 35 us
+        against 12 for the synchronous call). Whatever stops the driving (a stop, another
+        thread's round) leaves this thread blocked without the GIL until the request completes."""
         cdef Request* req = self.req
         cdef hv_monitor* mon = self.mon
-        cdef hv_monitor* qmon = self.qmon
         cdef int i
         if hv_load(&req.status) != ST_PENDING:
             return
+        self.owner._drive_pending(self)
         with nogil:
-            hv_lock(qmon)
-            self.waiting[0] += 1
-            hv_notify_all(qmon)
-            hv_unlock(qmon)
             for i in range(200):
                 if hv_load(&req.status) != ST_PENDING:
                     break
@@ -62,9 +59,6 @@ cdef class Pending:
                 while hv_load(&req.status) == ST_PENDING:
                     hv_wait(mon, 0.5)
                 hv_unlock(mon)
-            hv_lock(qmon)
-            self.waiting[0] -= 1
-            hv_unlock(qmon)
 
     @property
     def status(self):
@@ -119,13 +113,10 @@ cdef class Pending:
         del self.req
 
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, hv_monitor* qmon, int* waiting,
-                          object owner, object keep):
+cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep):
     cdef Pending p = Pending.__new__(Pending)
     p.req = req
     p.mon = mon
-    p.qmon = qmon
-    p.waiting = waiting
     p.owner = owner
     p.keep = keep
     return p
