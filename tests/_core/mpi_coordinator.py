@@ -273,6 +273,15 @@ def test_a_waiting_handle_ends_the_cycle_pause():
     assert_everywhere(failures)
 
 
+def test_the_coordinator_thread_yields_to_the_callers():
+    """It runs as a batch task: a submit's wake-up does not preempt the submitting thread."""
+    import os
+    thread = hvd._current().global_state.thread
+    assert thread.is_alive()
+    assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER      # the caller's thread is left alone
+
+
 def test_idle_coordinator_uses_no_cpu():
     hvd.barrier()
     t0, c0 = time.monotonic(), time.process_time()
