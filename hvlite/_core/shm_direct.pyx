@@ -8,11 +8,14 @@ place in the batch and its input and output addresses):
   1. every rank publishes its table; one barrier;
   2. each rank reduces its 1/L slice of the batch a cache-sized chunk at a time: its own input
      and each peer's, read by the kernel straight from the peer's memory, in rank order, into
-     its own outputs; then the chunk, still in the cache, is written by the kernel straight
-     into every peer's outputs (only this rank reads these elements' inputs, and it has read
-     them all, so in place is safe too);
-  3. one barrier: every peer's writes into this rank's outputs are done, and no rank returns
-     (letting its buffers go) while a peer still reaches into them.
+     its own outputs; then the chunk, still in the cache, goes straight into every peer's
+     outputs (only this rank reads these elements' inputs, and it has read them all, so in
+     place is safe too): written by the kernel, or where the output lies in the peer's shared
+     output arena (arena.pyx, mapped here at init) by this rank's own non-temporal stores,
+     which unlike the kernel's do not read each fresh line first;
+  3. one barrier, which also says whether every rank's reads and writes went through: every
+     peer's writes into this rank's outputs are done, and no rank returns (letting its buffers
+     go) while a peer still reaches into them.
 Per rank that is about four passes over memory for its slice (the slots take six, and pulling
 the result back from the peers' outputs after a second barrier took five). Every element is
 reduced by one rank only, so every rank holds the same bits. A rank that has joined (no input
@@ -20,8 +23,8 @@ or no output), more pieces than the slot holds or a batch under (L - 1) x 256 Ki
 sees it in the tables after the first barrier (or knows it before) and the caller takes the
 slot path.
 
-Whether the kernel lets the node's ranks read and write each other (same user; no Yama restriction, or
-PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
+Whether the kernel lets the node's ranks read and write each other (same user; no Yama
+restriction, or PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
 """
 from libc.stdlib cimport malloc, calloc, free
 from libc.stdint cimport int64_t, uint64_t
@@ -29,8 +32,8 @@ from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
-from hvlite._core.shm cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_slice_start,
-                               shm_gather, shm_scatter)
+from hvlite._core.shm cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
+                               shm_slice_start, shm_gather, shm_scatter)
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -209,6 +212,8 @@ cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap*
                     return err
                 n = 0
         a = stop
+    if a < b:
+        return HV_ERR_SHM       # the tables do not cover the batch (they always do)
     return _move(t.pid, loc, n, rem, n, True) if n else 0
 
 
@@ -240,6 +245,10 @@ cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, cons
 cdef OutMap _NO_MAP
 
 
+cdef inline const OutMap* _map(const OutMap* maps, int r) noexcept nogil:
+    return &maps[r] if maps != NULL else &_NO_MAP
+
+
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
                               ShmArea* a, const OutMap* maps) noexcept nogil:
     """Returns 0 when done, 1 when the caller must take the slot path (every rank returns the
@@ -252,6 +261,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef iovec* rem
     cdef char* acc
     cdef char* tmp
+    cdef uint64_t ok
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -302,8 +312,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                         _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
-                    err = _push(&tables[a.me], NULL, &tables[r], (&maps[r] if maps != NULL else &_NO_MAP), at, at + n, es,
-                                loc, rem)
+                    err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
+                                es, loc, rem)
         else:
             for r in range(a.L):
                 if r == a.me:
@@ -319,11 +329,16 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                 shm_scatter(p, np, at, at + n, acc, dtype)
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _push(NULL, acc, &tables[r], (&maps[r] if maps != NULL else &_NO_MAP), at, at + n, es, loc, rem)
+                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem)
         at += n
-    e = shm_barrier(a)      # every peer's writes into this rank's outputs are done, and no rank
-    if err == 0:            # returns (letting its buffers go) while a peer still reads them
-        err = e
+    # The last barrier: every peer's writes into this rank's outputs are done, and no rank
+    # returns (letting its buffers go) while a peer still reaches into them. It carries whether
+    # every rank's reads and writes went through: a failed write left a peer's result wrong,
+    # so every rank fails, not only the one that saw it.
+    ok = 0 if err else ~(<uint64_t>0)
+    e = shm_and_words(a, &ok, 1)
+    if err == 0:
+        err = e if e else (0 if ok else HV_ERR_SHM)
     free(tables)
     free(loc)
     free(acc)
