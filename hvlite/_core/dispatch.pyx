@@ -98,7 +98,6 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
     c.model.shm_direct = c.direct_ok
-    c.outs = NULL
     if c.direct_ok:
         _map_outputs(c, local)
     return 0
