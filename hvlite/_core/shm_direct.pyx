@@ -62,7 +62,7 @@ cdef enum:
 
 
 cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil:
-    """Whether a batch is large enough for this path: its three barriers and a kernel call per
+    """Whether a batch is large enough for this path: its two barriers and a kernel call per
     peer and chunk cost more than the slots' copies below (L - 1) x 256 KiB (measured: 256 KiB
     on 2 ranks 75-104 us here against 93-121 through the slots; on 4 ranks 410-428 against
     335-407, and 1 MiB 1.28-1.45x MPI against 1.23-1.30x)."""
