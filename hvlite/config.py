@@ -166,9 +166,10 @@ class Settings:
         "[benchmarks](benchmarks.md#shared-memory-tuning)).", unit="bytes")
     shm_direct: bool = _setting(
         True, "HVLITE_SHM_DIRECT",
-        "On one node, the shm all-reduce reads the peers' buffers directly (cross-memory "
-        "attach) instead of copying through the segment's slots, where the kernel allows it "
-        "(tried at `init()`); `0` always goes through the slots.")
+        "On one node, the shm all-reduce reads the peers' inputs and writes their outputs "
+        "directly (cross-memory attach, and the peers' shared output arenas) instead of "
+        "copying through the segment's slots, where the kernel allows it (tried at `init()`); "
+        "`0` always goes through the slots.")
     shm_redundant_bytes: int = _setting(
         -1, "HVLITE_SHM_REDUNDANT_BYTES",
         "Up to this many bytes per segment every rank reduces all slots (one barrier) instead "

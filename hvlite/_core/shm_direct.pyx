@@ -101,16 +101,16 @@ cdef size_t _find(const int64_t* w, size_t np, size_t at) noexcept nogil:
     return lo
 
 
-cdef size_t _iovs(const int64_t* w, size_t np, size_t a, size_t b, size_t es, int field,
-                  iovec* out, size_t cap, size_t* end) noexcept nogil:
-    """iovecs of a table's buffers (field 2: inputs, 3: outputs) for batch elements [a, b), at
-    most `cap` of them; *end: where they stop (b, or earlier when cap ran out)."""
+cdef size_t _input_iovs(const int64_t* w, size_t np, size_t a, size_t b, size_t es, iovec* out,
+                        size_t cap, size_t* end) noexcept nogil:
+    """iovecs of a table's inputs for batch elements [a, b), at most `cap` of them; *end: where
+    they stop (b, or earlier when cap ran out)."""
     cdef size_t i = _find(w, np, a), n = 0, stop, take
     while a < b and n < cap and i < np:
         stop = <size_t>(w[i * PER] + w[i * PER + 1])
         take = (stop if stop < b else b) - a
         if take:
-            out[n].iov_base = <void*>(<uint64_t>w[i * PER + field] + (a - <size_t>w[i * PER]) * es)
+            out[n].iov_base = <void*>(<uint64_t>w[i * PER + 2] + (a - <size_t>w[i * PER]) * es)
             out[n].iov_len = take * es
             n += 1
             a += take
@@ -157,7 +157,7 @@ cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, 
     cdef size_t n, end, nbytes
     cdef int err
     while a < b:
-        n = _iovs(t.w, t.np, a, b, es, 2, rem, NIOV, &end)
+        n = _input_iovs(t.w, t.np, a, b, es, rem, NIOV, &end)
         nbytes = (end - a) * es
         loc[0].iov_base = buf
         loc[0].iov_len = nbytes
