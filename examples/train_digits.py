@@ -132,6 +132,9 @@ def main(argv=None):
     p.add_argument("--fail-at", default=None, metavar="STEP:RANK[:raise]",
                    help="--elastic: on the first launch, rank RANK fails at step STEP")
     p.add_argument("--events", default=None, help="--elastic: a JSON-lines log of what happened")
+    p.add_argument("--hold-at", type=int, default=-1, metavar="STEP",
+                   help="--elastic: on the first launch, after the commit at step STEP, wait "
+                        "(60 s at most) until hvliterun posts new hosts or ends the launch")
     args = p.parse_args(argv)
     if args.straggler is None:
         args.straggler = "persistent" if args.slow_rank >= 0 else "none"
@@ -143,8 +146,8 @@ def main(argv=None):
         return main_ps(args)
     if args.elastic:
         return main_elastic(args)
-    if args.fail_at or args.events:
-        p.error("--fail-at and --events go with --elastic")
+    if args.fail_at or args.events or args.hold_at >= 0:
+        p.error("--fail-at, --events and --hold-at go with --elastic")
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -223,6 +226,17 @@ class Events:
             self.f.flush()
 
 
+def hold_for_discovery(state, log, seconds=60.0, poll=0.05):
+    """--hold-at: stay at this commit until hvliterun acts on what discovery shows, so that a
+    change of hosts is seen mid-run however fast the machine trains: new hosts raise
+    HostsUpdatedInterrupt here on every rank (as at a commit); hosts gone end the launch. The
+    ranks poll together (the same number of all-reduces everywhere), so none leaves early."""
+    log("hold", launch=0, step=state.step)
+    for _ in range(int(seconds / poll)):
+        state.check_host_updates()
+        time.sleep(poll)
+
+
 def main_elastic(args):
     """The allreduce mode under hvlite.elastic: state.step counts the updates applied, and
     everything else (epoch, batch, learning rate) is computed from it, so a job resumed from a
@@ -272,6 +286,8 @@ def main_elastic(args):
                 state.commit()
                 log("commit", launch=launch, step=state.step, commit=state.commit_id,
                     digest=digest(model.params))
+                if state.step == args.hold_at and launch == 0:
+                    hold_for_discovery(state, log)
 
     t0 = time.perf_counter()
     train(state)

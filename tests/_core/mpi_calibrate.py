@@ -1,5 +1,6 @@
 """Rank side: auto's measured picks (calibrate.pyx) -- each size class tries its candidates in
 turn on its first calls, then keeps the fastest, the same on every rank, per process set."""
+import json
 import os
 
 import numpy as np
@@ -67,6 +68,8 @@ def test_each_class_tried_then_kept():
         after = tried[n][3 * len(secs):]
         if any(a != entry["pick"] for a in after):
             failures.append(f"{n} B ran {after} after its trials; the pick is {entry['pick']}")
+    if RANK == 0:                       # what test_debug_names_what_was_measured compares with
+        print("calibration table: " + json.dumps(measured), flush=True)
     # picks and times are agreed (the slowest rank's): the same bits everywhere
     everyone = MPI.COMM_WORLD.allgather(table())
     if any(t != everyone[0] for t in everyone):

@@ -118,8 +118,9 @@ def test_a_failed_rank_rolls_back_to_the_last_commit_and_the_job_finishes(tmp_pa
 
 def digits_while_discovery_changes(tmp_path, before, after, extra=()):
     """The digits job under --elastic with discovery showing `before` slots, then `after` once
-    the job has taken step 40 (early: it must not finish first). Returns rc, out, err, took and
-    the events file."""
+    the job has taken step 40. The job holds at its commit of step 60 until hvliterun acts
+    (--hold-at), so it cannot finish before discovery is polled however fast it trains.
+    Returns rc, out, err, took and the events file."""
     hosts, events = tmp_path / "hosts", tmp_path / "events.jsonl"
     hosts.write_text(f"localhost:{before}\n")
     stop = threading.Event()
@@ -139,7 +140,7 @@ def digits_while_discovery_changes(tmp_path, before, after, extra=()):
         rc, out, err, took = launch(["--elastic", "--min-np", "2", "--max-np", "3",
                                      "--host-discovery-script", f"cat {hosts}",
                                      "--discovery-interval", "0.25", *DIGITS, *extra,
-                                     "--events", str(events)])
+                                     "--hold-at", "60", "--events", str(events)])
     finally:
         stop.set()
         watcher.join()
@@ -155,7 +156,7 @@ def test_discovery_adds_a_slot_and_the_job_grows_from_2_to_3(tmp_path):
     applied, restores, done = check_history(read_events(events), total=20 * 22)
     assert [r["size"] for r in restores] == [2, 3], restores
     assert restores[1]["cause"] == "hosts added (the job had 2 rank(s))", restores[1]
-    assert restores[1]["step"] > 40 and done["accuracy"] >= 0.95, (restores, done)
+    assert restores[1]["step"] == 60 and done["accuracy"] >= 0.95, (restores, done)
     assert "ranks 3, elastic, launch 1" in out, shown
 
 
