@@ -11,7 +11,8 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
                                 broadcast_object, broadcast_object_async, grouped_allreduce,
                                 grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
-from hvlite.errors import (ConfigError, DtypeError, HostsUpdatedInterrupt, HvliteError,
+from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, HostsUpdatedInterrupt,
+                           HvliteError,
                            InvalidArgumentError, LostRankError, MismatchError, MPIError,
                            NotInitializedError, ShutdownError, StallError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
@@ -86,6 +87,7 @@ __all__ = [
     "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
+    "DuplicateNameError",
     "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError",
     "HostsUpdatedInterrupt", "elastic",
 ]

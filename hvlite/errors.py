@@ -22,6 +22,12 @@ class InvalidArgumentError(HvliteError, ValueError):
     """A bad argument: unknown op or algorithm, read-only output, and the like."""
 
 
+class DuplicateNameError(InvalidArgumentError):
+    """A collective submitted under a name that is still in flight on this rank, its handle
+    held or dropped (Horovod's rule: raised at once, never waited for, since finishing the
+    earlier request may need a peer that is itself waiting for this rank)."""
+
+
 class MismatchError(HvliteError, RuntimeError):
     """Ranks called the same collective with different shapes, dtypes, ops or algorithms,
     or some rank failed its own input checks. Raised on every rank."""

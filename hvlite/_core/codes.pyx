@@ -54,7 +54,8 @@ def exception(int kind, message, int code=0):
     if kind == E_MPI:
         return errors.MPIError(code, message if message else error_string(code))
     cls = {E_MISMATCH: errors.MismatchError, E_SHUTDOWN: errors.ShutdownError,
-           E_STALL: errors.StallError, E_LOST: errors.LostRankError}.get(kind, errors.InvalidArgumentError)
+           E_STALL: errors.StallError, E_LOST: errors.LostRankError,
+           E_DUPLICATE: errors.DuplicateNameError}.get(kind, errors.InvalidArgumentError)
     return cls(message)
 
 

@@ -85,6 +85,15 @@ def _widen_submit_race(double seconds):
     _race_pause = seconds
 
 
+def _shown(name, int limit=160):
+    """A tensor name for a message: escaped (repr: a NUL or a newline shows as such), and a long
+    one cut, with its length said."""
+    text = repr(name)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 40]}...{text[-12:]} ({len(name)} characters)"
+
+
 cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
     return a.submitted < b.submitted
 
@@ -145,8 +154,8 @@ cdef class Coordinator:
     cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     # user-thread side (under the GIL): every Pending whose request may still be in flight
-    cdef list live
-    cdef Py_ssize_t since_sweep
+    cdef dict live                  # request address -> its Pending, in submission order
+    cdef vector[size_t] completed   # requests completed since the last sweep (under dmon)
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -201,8 +210,7 @@ cdef class Coordinator:
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
-        self.live = []
-        self.since_sweep = 0
+        self.live = {}
 
     def __dealloc__(self):
         watch_free(&self.watch)
@@ -219,12 +227,15 @@ cdef class Coordinator:
                bint reused=False):
         """Queue one collective; returns a Pending. Returns (kind, message) instead for a name
         already in flight or a stopped coordinator (the caller raises codes.exception of it).
-        A name still in flight only because its handle was dropped (an exception between submit
-        and synchronize, say) is waited for first: the next step may reuse its names.
+        A name still in flight on this rank, its handle held or dropped, is refused at once
+        (Horovod's rule): finishing the earlier request may need a peer that is itself waiting
+        for this rank (in a barrier, say), so waiting for it could wait for ever.
         `inline`: the caller is about to wait for it (a synchronous collective): its own thread
         runs the rounds until it completes, with no hand-off to the coordinator thread and back
         (the thread takes over whatever is still pending afterwards). `reused`: an automatic
-        name, which comes round again: one still in flight is waited for, handle or not."""
+        name, which comes round again after AUTO_NAMES calls: one still in flight is waited
+        for, handle or not. That wait ends: every rank submits its unnamed calls in the same
+        order, so each peer submitted the earlier call before anything it may wait in now."""
         cdef string cname = name.encode()
         cdef vector[int64_t] cshape, csplits
         cdef string cerror = error.encode() if error else b""
@@ -240,16 +251,15 @@ cdef class Coordinator:
             hv_lock(&self.qmon)
             problem = 1 if self.dead else (2 if self.inflight.count(cname) else 0)
             hv_unlock(&self.qmon)
-            if problem != 2 or attempt == 2:
+            if problem != 2 or attempt == 2 or not reused:
                 break
             if _race_pause > 0:
                 with nogil:
                     hv_sleep(_race_pause)
-            p = self._dropped(cname, reused)
+            p = self._dropped(cname, True)
             if p is not None:
                 p.wait()
-            # else a live handle holds it (an error), unless it completed between the check
-            # and the search (then it is no longer in flight): ask again either way
+            # else it completed between the check and the search: ask again
         if problem == 0:
             req = new Request()
             req.name = cname
@@ -283,43 +293,65 @@ cdef class Coordinator:
         if problem == 1:
             return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
         if problem == 2:
-            return (E_INVALID, f"a collective named {name!r} is already in flight on this rank; "
-                               "synchronize it first or use another name")
+            held = "dropped before it was synchronized" if self._dropped(cname, False) is not None \
+                else "not yet synchronized"
+            return (E_DUPLICATE, f"a collective named {_shown(name)} is already in flight on this "
+                                 f"rank (its handle {held}); a name may be in flight once: "
+                                 "synchronize the earlier request before submitting the name "
+                                 "again, or use another name")
         p = make_pending(req, &self.dmon, self, (inp, out))
         self._track(p)
         if inline:
             with nogil:
                 self._drive(req)
+            self._sweep()
         return p
 
     cdef Pending _dropped(self, const string& name, bint any_handle):
-        """The pending request named `name` whose handle is gone (only this list holds it), or
+        """The pending request named `name` whose handle is gone (only this table holds it), or
         with `any_handle` whether its handle is held or not."""
-        for q in self.live:
-            # references: the list's and this loop's; a live handle would add its own
+        for q in self.live.values():
+            # references: the table's and this loop's; a live handle would add its own
             if ((any_handle or Py_REFCNT(q) == 2) and (<Pending>q).pending()
                     and (<Pending>q).req.name == name):
                 return <Pending>q
         return None
 
     cdef _track(self, Pending p):
-        """Hold `p` (and so its buffers) until its request completes. Completed ones are swept
-        out every 64 submits, so a dropped handle's buffers outlive their request by at most
-        64 submits; the scan costs O(in flight / 64) per submit."""
-        cdef list old
-        self.live.append(p)
-        self.since_sweep += 1
-        if self.since_sweep >= 64:
-            self.since_sweep = 0
-            old = self.live
-            # the new list is in place before any Pending is released: a finalizer that
-            # submits again appends to it, not to the list being dropped
-            self.live = [q for q in old if (<Pending>q).pending()]
-            old = None
+        """Hold `p` (and so its buffers) until its request completes."""
+        self._sweep()
+        self.live[<size_t>p.req] = p
+
+    def sweep(self):
+        self._sweep()
+
+    cdef _sweep(self):
+        """Let go of the requests completed since the last sweep: a dropped handle's buffers
+        are released at the first hvlite call on this rank after its request completes, the
+        wait that saw it complete included. Costs O(completed), not O(in flight)."""
+        cdef vector[size_t] done
+        hv_lock(&self.dmon)
+        done.swap(self.completed)
+        hv_unlock(&self.dmon)
+        if done.empty():
+            return
+        live = self.live
+        for i in range(done.size()):
+            q = live.get(done[i])
+            # the address may belong to a newer request by now: only a completed one goes
+            if q is not None and not (<Pending>q).pending():
+                del live[done[i]]
+        q = None
 
     def in_flight(self):
         """This rank's requests not yet completed (handles dropped or not), oldest first."""
-        return [q for q in self.live if (<Pending>q).pending()]
+        self.sweep()
+        return [q for q in self.live.values() if (<Pending>q).pending()]
+
+    def held(self):
+        """How many requests the runtime still holds (tests: dropped work is let go)."""
+        self.sweep()
+        return len(self.live)
 
     def wait_all(self):
         """Wait for every request this rank submitted (join, removing a set)."""
@@ -328,7 +360,10 @@ cdef class Coordinator:
 
     def release_all(self):
         """After the thread has stopped (every request completed): let go of them all."""
-        self.live = []
+        self.live = {}
+        hv_lock(&self.dmon)
+        self.completed.clear()
+        hv_unlock(&self.dmon)
 
     def stop(self):
         hv_lock(&self.qmon)
@@ -992,6 +1027,8 @@ cdef class Coordinator:
         req.error = msg
         hv_store(&req.status, status)
         orphan = req.orphan
+        if not orphan:              # a Pending holds it: the next sweep lets go of it
+            self.completed.push_back(<size_t>req)
         hv_notify_all(&self.dmon)
         hv_unlock(&self.dmon)
         if orphan:

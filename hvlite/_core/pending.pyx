@@ -46,6 +46,7 @@ cdef class Pending:
         cdef hv_monitor* mon = self.mon
         cdef int i
         if hv_load(&req.status) != ST_PENDING:
+            self.owner.sweep()
             return
         self.owner._drive_pending(self)
         with nogil:
@@ -59,6 +60,7 @@ cdef class Pending:
                 while hv_load(&req.status) == ST_PENDING:
                     hv_wait(mon, 0.5)
                 hv_unlock(mon)
+        self.owner.sweep()          # what completed meanwhile (dropped handles) is let go now
 
     @property
     def status(self):

@@ -95,10 +95,10 @@ def life(number, rng):
         elif kind == 5:                    # a bad argument on every rank
             expect_error(lambda: hvd_np.broadcast(np.ones(2), root_rank=n + 3), hvd_np.HvliteError,
                          "bad root")
-        elif kind == 6:                    # dropped handles, then the same names again
+        elif kind == 6:                    # dropped handles, then a call behind them
             for k in range(5):
-                hvd_np.allreduce_async(np.ones(7), name=f"drop{k}")
-            got = hvd_np.allreduce(np.ones(7), op=hvd_np.Sum, name="drop0")
+                hvd_np.allreduce_async(np.ones(7), name=f"drop{done}.{k}")
+            got = hvd_np.allreduce(np.ones(7), op=hvd_np.Sum, name=f"after{done}")
             check(np.all(got == n), "after dropped handles")
         elif kind == 7:                    # a name in flight: the others submit it only later
             name = f"inflight{done}"
