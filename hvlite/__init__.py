@@ -11,8 +11,9 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
                                 broadcast_object, broadcast_object_async, grouped_allreduce,
                                 grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
-from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, HostsUpdatedInterrupt,
-                           HvliteError,
+from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, ForkedChildError,
+                           HostsUpdatedInterrupt,
+                           HvliteError, InternalError, UnsupportedOperationError,
                            InvalidArgumentError, LostRankError, MismatchError, MPIError,
                            NotInitializedError, ShutdownError, StallError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
@@ -42,27 +43,27 @@ def init(comm=None, process_sets=None):
 
 
 def rank():
-    return _current().engine.rank
+    return _runtime.identity().engine.rank
 
 
 def size():
-    return _current().engine.size
+    return _runtime.identity().engine.size
 
 
 def local_rank():
-    return _current().engine.local_rank
+    return _runtime.identity().engine.local_rank
 
 
 def local_size():
-    return _current().engine.local_size
+    return _runtime.identity().engine.local_size
 
 
 def cross_rank():
-    return _current().engine.cross_rank
+    return _runtime.identity().engine.cross_rank
 
 
 def cross_size():
-    return _current().engine.cross_size
+    return _runtime.identity().engine.cross_size
 
 
 def mpi_threads_supported():
@@ -87,7 +88,7 @@ __all__ = [
     "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
-    "DuplicateNameError",
+    "DuplicateNameError", "ForkedChildError", "InternalError", "UnsupportedOperationError",
     "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError",
     "HostsUpdatedInterrupt", "elastic",
 ]

@@ -1,5 +1,8 @@
-"""The exception tree. Each class also derives from the built-in a caller would catch
-(Horovod raises ValueError, TypeError and RuntimeError in the same places)."""
+"""The exception tree. Each class also derives from the built-in a caller would catch, as
+Horovod's callers and its own tests do: argument errors are ValueError (or TypeError for a
+dtype), an operation hvlite does not offer is NotImplementedError (a RuntimeError), and a
+collective the runtime could not complete (a lost rank, MPI, a stall, a shutdown) is an
+InternalError, Horovod's HorovodInternalError (a RuntimeError)."""
 
 
 class HvliteError(Exception):
@@ -28,21 +31,38 @@ class DuplicateNameError(InvalidArgumentError):
     earlier request may need a peer that is itself waiting for this rank)."""
 
 
+class UnsupportedOperationError(HvliteError, NotImplementedError):
+    """A valid op or setting that this collective does not offer (Adasum in a reducescatter,
+    say); Horovod raises NotImplementedError there, a RuntimeError."""
+
+
+class InternalError(HvliteError, RuntimeError):
+    """A collective the runtime could not complete for a reason outside the caller's arguments.
+    Horovod's HorovodInternalError (hvlite.torch and hvlite.elastic export it under that name),
+    the error elastic training recovers from."""
+
+
+class ForkedChildError(HvliteError, RuntimeError):
+    """A call in a process forked from one where hvlite was initialized: the child shares its
+    parent's MPI connections, shared segment and coordinator memory but none of its threads,
+    so using them would corrupt the parent's job."""
+
+
 class MismatchError(HvliteError, RuntimeError):
     """Ranks called the same collective with different shapes, dtypes, ops or algorithms,
     or some rank failed its own input checks. Raised on every rank."""
 
 
-class ShutdownError(HvliteError, RuntimeError):
+class ShutdownError(InternalError):
     """hvlite was shut down (on this or another rank) before the collective completed,
     or a call came after the coordinator stopped."""
 
 
-class StallError(HvliteError, RuntimeError):
+class StallError(InternalError):
     """Some ranks never submitted a collective within HVLITE_STALL_SHUTDOWN_TIME_SECONDS."""
 
 
-class LostRankError(HvliteError, RuntimeError):
+class LostRankError(InternalError):
     """A rank stopped answering while this one waited on it (killed, stopped, or exited without
     shutdown()). Names the rank and the collective in flight; MPI cannot go on without it, so
     every later call raises this too and the process skips MPI_Finalize at exit (status 1)."""
@@ -52,7 +72,7 @@ class LostRankError(HvliteError, RuntimeError):
         self.rank = rank
 
 
-class MPIError(HvliteError, RuntimeError):
+class MPIError(InternalError):
     """An error code from MPI (or the core below it), with MPI's own message."""
 
     def __init__(self, code, message):
@@ -61,7 +81,7 @@ class MPIError(HvliteError, RuntimeError):
         self.mpi_message = message
 
 
-class PSError(HvliteError, RuntimeError):
+class PSError(InternalError):
     """A parameter-server peer failed (a worker raised, a server died) or stopped answering.
     Raised on every rank of the job, naming the rank that failed first."""
 

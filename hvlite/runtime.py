@@ -16,13 +16,15 @@ import weakref
 
 from hvlite import config as _config
 from hvlite import process_sets as _ps
-from hvlite.errors import ConfigError, InvalidArgumentError, LostRankError, NotInitializedError
+from hvlite.errors import (ConfigError, ForkedChildError, InvalidArgumentError, LostRankError,
+                           NotInitializedError)
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
 
 _current = None
 _lost = None        # the first lost-rank message of this process: MPI cannot be used again
+_inherited = None   # in a child forked from an initialized process: the parent's runtime
 
 
 def _mpi(thread_level):
@@ -299,6 +301,8 @@ def init(comm=None, process_sets=None):
     if _current is not None:
         _check_repeat(_current, comm, process_sets)
         return _current
+    if _inherited is not None:
+        raise _forked("hvlite.init()")
     if _lost is not None:
         raise LostRankError(f"hvlite.init(): MPI cannot be used again in this process after a "
                             f"lost rank ({_lost})")
@@ -313,6 +317,7 @@ def init(comm=None, process_sets=None):
                           stacklevel=3)
     static = process_sets if not isinstance(process_sets, str) else None
     _current = rt = Runtime(comm, settings)
+    rt.pid = os.getpid()
     rt.static_sets = sets
     _ps.global_process_set.ranks = list(range(rt.size))
     _ps.global_process_set._runtime = weakref.ref(rt)
@@ -377,8 +382,66 @@ def registered_sets():
 
 def current():
     if _current is None:
+        if _inherited is not None:
+            raise _forked("this call")
         raise NotInitializedError("hvlite has not been initialized; call hvlite.init() first")
     return _current
+
+
+def identity():
+    """The runtime for questions that need no communication (rank, size, ...): the current one,
+    or in a forked child the parent's, whose answers the child inherited (a DataLoader worker
+    may shard by hvlite.rank(), as under Horovod)."""
+    if _current is None and _inherited is not None:
+        return _inherited
+    return current()
+
+
+def _forked(what):
+    return ForkedChildError(
+        f"{what}: hvlite was initialized in process {_inherited.pid}; this process is a child "
+        f"forked from it (pid {os.getpid()}), and a forked child cannot use its parent's runtime "
+        "(its MPI connections, shared segment and coordinator belong to the parent's job). "
+        "Communicate from the parent, or start the child with the 'spawn' method and a job of "
+        "its own")
+
+
+def _after_fork_in_child():
+    """os.register_at_fork: a child of an initialized process keeps the parent's runtime for
+    good (its finalizers would free the parent's shared segment and communicators), refuses
+    every call that would communicate, and ends without MPI_Finalize, whose PMI barrier on the
+    inherited connection would break the parent's own finalize."""
+    global _current, _inherited
+    if _current is None:
+        return
+    _inherited, _current = _current, None
+    _KEPT.append(_inherited)
+    code = [0]
+    real_exit, real_hook = sys.exit, sys.excepthook
+
+    def exit_(status=None):
+        code[0] = status if isinstance(status, int) else (0 if status is None else 1)
+        real_exit(status)
+
+    def hook(*args):
+        code[0] = 1
+        real_hook(*args)
+
+    def leave():            # registered last, so it runs first of the exit handlers
+        if "logging" in sys.modules:
+            sys.modules["logging"].shutdown()
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:   # noqa: BLE001 - a closed stream: nothing left to flush
+                pass
+        os._exit(code[0])
+    sys.exit, sys.excepthook = exit_, hook
+    atexit.register(leave)
+
+
+_KEPT = []
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def is_initialized():

@@ -15,7 +15,7 @@ from hvlite._core import codes as _codes
 from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
 from hvlite._core.cost_model import ALGORITHMS as CODES
-from hvlite.errors import DtypeError, InvalidArgumentError
+from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.work import Work
 from hvlite.ops import Adasum, Average, Max, Min, Product, Sum, as_op
 
@@ -111,7 +111,7 @@ def _name(st, kind, name):
 def _own_error(e, kind, name):
     """hvlite's exception for whatever rejected this rank's arguments (a NumPy conversion, an
     int() of a bad value...), naming the collective."""
-    if isinstance(e, (DtypeError, InvalidArgumentError)):
+    if isinstance(e, (DtypeError, InvalidArgumentError, UnsupportedOperationError)):
         return e if repr(name) in str(e) else type(e)(f"{_KIND[kind]} {name!r}: {e}")
     return InvalidArgumentError(f"{_KIND[kind]} {name!r}: {type(e).__name__}: {e}")
 
@@ -528,9 +528,9 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
         code = _dtype_code(a, name, "reducescatter")
         o = as_op(op)
         if o == Adasum:
-            raise InvalidArgumentError(f"reducescatter {name!r}: op=Adasum applies to allreduce "
-                                       "and grouped_allreduce only (its dot products need whole "
-                                       "tensors)")
+            raise UnsupportedOperationError(f"reducescatter {name!r}: op=Adasum applies to allreduce "
+                                            "and grouped_allreduce only (its dot products need "
+                                            "whole tensors)")
         return Request(a, out, code, int(o), finish=lambda p: out)
     return submit_prepared(st, REDUCESCATTER, name, prepare, x, sync=sync)
 

@@ -140,3 +140,14 @@ def test_errors_subclass_what_horovod_callers_catch():
     else:
         h.synchronize()
     hvd.barrier()
+
+
+def test_the_error_tree_matches_horovods():
+    """Horovod's callers catch ValueError for arguments, RuntimeError for operations it does not
+    offer and HorovodInternalError for collectives that could not complete."""
+    from hvlite.elastic import HorovodInternalError
+    for cls in (hvd.ShutdownError, hvd.StallError, hvd.LostRankError, hvd.MPIError):
+        assert issubclass(cls, HorovodInternalError) and issubclass(cls, RuntimeError), cls
+    assert issubclass(hvd.UnsupportedOperationError, NotImplementedError)
+    for cls in (hvd.InvalidArgumentError, hvd.DuplicateNameError, hvd.NotInitializedError):
+        assert issubclass(cls, ValueError) and not issubclass(cls, HorovodInternalError), cls

@@ -30,7 +30,7 @@ from hvlite import runtime
 from hvlite.elastic.state import (CAUSE_ENV, DIR_ENV, NOTICE, RESTART_ENV, STOPPED, NumpyState,
                                   ObjectState, State, elastic_dir, restarts)
 from hvlite.errors import HostsUpdatedInterrupt
-from hvlite.errors import HvliteError as HorovodInternalError
+from hvlite.errors import InternalError as HorovodInternalError
 
 
 def run(func):

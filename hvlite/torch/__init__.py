@@ -4,7 +4,7 @@ import hvlite as _hv
 from hvlite import (Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
                     is_initialized, local_rank, local_size, mpi_threads_supported, rank,
                     shutdown, size, start_timeline, stop_timeline)
-from hvlite.errors import HvliteError as HorovodInternalError  # noqa: F401
+from hvlite.errors import InternalError as HorovodInternalError  # noqa: F401
 from hvlite.torch._bridge import Adasum  # noqa: F401
 from hvlite.torch.compression import Compression  # noqa: F401
 from hvlite.torch import elastic  # noqa: F401

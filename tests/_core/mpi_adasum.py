@@ -153,7 +153,9 @@ def test_refusals_name_the_problem_on_every_rank():
     expect_raise_everywhere(lambda: hvd.allreduce(np.ones(4), op="adasum", algorithm="ring"),
                             hvd.InvalidArgumentError, "Adasum", "ring")
     expect_raise_everywhere(lambda: hvd.reducescatter(np.ones((N, 2)), op=hvd.Adasum),
-                            hvd.InvalidArgumentError, "Adasum", "allreduce")
+                            hvd.UnsupportedOperationError, "Adasum", "allreduce")
+    expect_raise_everywhere(lambda: hvd.reducescatter(np.ones((N, 2)), op=hvd.Adasum),
+                            NotImplementedError)        # Horovod's type, a RuntimeError
     # the set still works afterwards
     got = hvd.allreduce(np.ones(3), op=hvd.Adasum, name="after.refusals")
     assert_everywhere([] if same_bits(got, np.ones(3)) else [f"after the refusals: {got}"])
