@@ -179,7 +179,7 @@ class ParameterServer:
             except Exception:
                 pass
         print(f"hvlite.ps: rank {self.rank} ends the job", file=sys.stderr, flush=True)
-        time.sleep(ABORT_GRACE_SECONDS if text is not None else 0.2)
+        time.sleep(ABORT_GRACE_SECONDS)     # every rank, so none ends the job before the rest print
         self.comm.Abort(1)
 
 

@@ -14,6 +14,7 @@ rank (FAULT_VICTIM) goes away as FAULT_HOW says:
 Every other rank reports one JSON line, `FAULT {...}`: the exception it got, its message and the
 seconds from the victim's departure (the wall clock, shared by the ranks of one machine), then
 exits with status 1 (a LostRankError makes hvlite end the process with status 1 at exit)."""
+import glob
 import json
 import os
 import signal
@@ -116,5 +117,12 @@ try:
 except hvd.HvliteError as e:
     left = float(open(DEPARTED).read()) if os.path.exists(DEPARTED) else time.time()
     report(type(e).__name__, str(e), time.time() - left)
-    time.sleep(1)       # the first survivor to exit makes mpiexec end the rest: let them speak
+    # the first survivor to exit makes mpiexec end the rest: let them speak. A stopped rank's
+    # survivors each must, so they wait (20 s at most) until all N-1 have; others get 1 s.
+    open(f"{DEPARTED}.spoke.{RANK}", "w").close()
+    deadline = time.time() + (20 if HOW == "sigstop" else 1)
+    while time.time() < deadline:
+        if HOW == "sigstop" and len(glob.glob(f"{DEPARTED}.spoke.*")) >= N - 1:
+            break
+        time.sleep(0.05)
     sys.exit(1)

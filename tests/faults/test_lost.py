@@ -84,7 +84,7 @@ def check_lost(how, n, end, size, tmp_path, extra_env=None):
     rc, out, records, took = run_job(n, env, tmp_path)
     where = f"{how} of rank {victim} at N={n}, {size}"
     assert rc != 0, f"{where}: the job exited 0\n{out}"
-    assert took < 10, f"{where}: the job took {took:.1f}s after the rank left\n{out}"
+    assert took < 20, f"{where}: the job took {took:.1f}s after the rank left\n{out}"
     survivors = [r for r in range(n) if r != victim]
     if how == "sigstop":
         # nothing ends the others but hvlite: every survivor must speak
@@ -94,7 +94,7 @@ def check_lost(how, n, end, size, tmp_path, extra_env=None):
             assert rec["error"] == "LostRankError", f"{where}: rank {r}: {rec}\n{out}"
             assert f"rank {victim} is lost" in rec["message"], rec
             assert f"{env.get('FAULT_COLLECTIVE', 'allreduce')} 'step." in rec["message"], rec
-            assert rec["after"] < LOST_AFTER + 2, f"{where}: rank {r} raised after {rec['after']:.1f}s"
+            assert rec["after"] < LOST_AFTER + 5, f"{where}: rank {r} raised after {rec['after']:.1f}s"
     elif how in ("raise", "return"):
         # the victim's exit shuts hvlite down (atexit): every survivor learns it at once
         for r in survivors:
@@ -175,10 +175,14 @@ def test_silent_rank_is_named_and_stalls_fail(n, tmp_path):
     assert reports, f"no stall report:\n{out}"
     first = reports[0]
     assert first.startswith("[0]"), f"stall reports come from rank 0: {first}"
-    assert "'step.20' has waited 1 s" in first and f"have not submitted it: [{victim}]" in first, first
+    # the first report comes once the check time has passed and before the shutdown time (how
+    # far past the check time depends on when the next round runs on a loaded machine)
+    waited = int(first.split("'step.20' has waited ")[1].split(" s")[0]) \
+        if "'step.20' has waited " in first else -1
+    assert 1 <= waited < 3 and f"have not submitted it: [{victim}]" in first, first
     for r in range(n):
         rec = records.get(r)
         assert rec and rec["error"] == "StallError", f"rank {r}: {rec}\n{out}"
         assert f"[{victim}]" in rec["message"], rec
         if r != victim:
-            assert rec["after"] < 3 + 1, f"rank {r} failed {rec['after']:.1f}s after the stall began"
+            assert rec["after"] < 3 + 3, f"rank {r} failed {rec['after']:.1f}s after the stall began"

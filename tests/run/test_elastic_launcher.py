@@ -101,7 +101,9 @@ def test_a_failed_rank_rolls_back_to_the_last_commit_and_the_job_finishes(tmp_pa
     assert [r["size"] for r in restores] == [3, 3], restores
     # rank 1 failed before step 200; the last commit was at step 180: 20 steps are redone
     assert restores[1]["step"] == 180 and restores[1]["commit"] == 6, restores[1]
-    assert max(applied[0]) == 199 and applied[1][0] == 180, shown
+    # rank 0 logs step 199 after its all-reduce; rank 1 may fail (and mpiexec end rank 0)
+    # before that line is written on a loaded machine
+    assert max(applied[0]) in (198, 199) and applied[1][0] == 180, shown
     assert restores[1]["cause"].startswith(f"restart 1/3 after rank 1 on {HOST}, {why}")
     assert done["accuracy"] >= 0.95, done
     assert "parameters identical on every rank: True" in out, shown
