@@ -26,7 +26,8 @@ HVLITERUN = [sys.executable, "-m", "hvlite.run"]
 FAULTY = str(pathlib.Path(__file__).with_name("faulty.py"))
 WRAPPER = launcher.RANK_WRAPPER
 HOST = socket.gethostname()
-BOUND = 15          # seconds a failed job may take to end, summary and clean-up included
+BOUND = 45          # seconds a failed job may take to end from its launch, start-up, summary and
+                    # clean-up included (a hang guard: a loaded 2-core machine needs a margin)
 
 
 def _processes_with(marker):

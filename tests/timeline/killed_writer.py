@@ -13,5 +13,13 @@ hvd.start_timeline(sys.argv[1])
 for i in range(5):
     with hvd.timeline.span(f"work{i}"):
         hvd.allreduce(np.ones(10), name=f"t{i}")
-time.sleep(0.6)
+# The writer flushes every 0.2 s: wait until all five tensors are on disk (30 s at most, however
+# late the writer thread is scheduled), then die without closing the file.
+deadline = time.time() + 30
+while time.time() < deadline:
+    with open(sys.argv[1]) as f:
+        text = f.read()
+    if all(f'"t{i}"' in text for i in range(5)) and text.count('"work') >= 5:
+        break
+    time.sleep(0.05)
 os.kill(os.getpid(), signal.SIGKILL)
