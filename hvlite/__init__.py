@@ -18,8 +18,8 @@ from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, ForkedCh
                            NotInitializedError, ShutdownError, StallError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
-from hvlite.runtime import (add_process_set, current as _current, is_initialized,
-                            remove_process_set, shutdown)
+from hvlite.collectives import add_process_set, remove_process_set
+from hvlite.runtime import current as _current, is_initialized, shutdown
 from hvlite import runtime as _runtime
 from hvlite import timeline
 from hvlite.compression import Compression

@@ -323,3 +323,23 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     order."""
     return allgather_object_async(obj, name, process_set).synchronize()
 
+
+
+def add_process_set(process_set):
+    """Create a process set from a ProcessSet or a list of ranks and return the ProcessSet.
+    Every rank calls it, in the same order; needs dynamic process sets. The ranks agree on it
+    through the global set's coordinator, so a rank that failed (or left) instead of calling it
+    fails every other rank's call with hvlite's error, never a wait without end."""
+    return runtime.add_process_set(process_set, _agreement("add_process_set"))
+
+
+def remove_process_set(process_set):
+    """Remove a process set on every rank (all call it, in the same order); returns whether it
+    was removed. The global set is never removed (False), as in Horovod. Agreed as
+    add_process_set is."""
+    return runtime.remove_process_set(process_set, _agreement("remove_process_set"))
+
+
+def _agreement(what):
+    return lambda obj: allgather_object(obj, name=f"hvlite.{what}",
+                                        process_set=global_process_set)

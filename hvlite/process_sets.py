@@ -211,9 +211,14 @@ class Registry:
         """The registered ProcessSets, by id (the global set first)."""
         return [self.entries[i].objects[0] for i in sorted(self.entries)]
 
-    def add(self, ps):
-        """Create the set on every rank (all ranks call it, in the same order); returns it."""
+    def add(self, ps, agree=None):
+        """Create the set on every rank (all ranks call it, in the same order); returns it.
+        `agree(obj)`: every rank's obj, in rank order; the front door passes hvlite's own
+        allgather_object, which fails cleanly (ShutdownError, LostRankError, StallError) when
+        a rank never arrives; the default, MPI's allgather, serves init() alone, where every
+        rank is known to be there."""
         rt = self._rt()
+        agree = agree or rt.comm.allgather
         if not isinstance(ps, ProcessSet):
             ps = ProcessSet(ps)
         if ps._live() is rt:
@@ -228,7 +233,7 @@ class Registry:
             for sid, entry in self.entries.items():
                 if entry.ranks == ranks:
                     mine = f"process set {sid} already has ranks {ranks}"
-        views = rt.comm.allgather((ranks, mine))
+        views = agree((ranks, mine))
         if any(v != ranks for v, _ in views):
             raise InvalidArgumentError(
                 "add_process_set: ranks disagree on the set: " +
@@ -266,16 +271,17 @@ class Registry:
         state.owned = (cross, local, comm)
         return state
 
-    def remove(self, ps):
+    def remove(self, ps, agree=None):
         """Remove the set on every rank (all ranks call it, in the same order). False for the
-        global set and for sets that are not registered, as in Horovod."""
+        global set and for sets that are not registered, as in Horovod. `agree`: as add()."""
         rt = self._rt()
+        agree = agree or rt.comm.allgather
         if not isinstance(ps, ProcessSet):
             raise InvalidArgumentError(f"remove_process_set needs a ProcessSet, got {ps!r}")
         set_id = ps.process_set_id if ps._live() is rt else None
         if set_id == 0 or (ps is global_process_set):
             return False
-        views = rt.comm.allgather(set_id)
+        views = agree(set_id)
         if len(set(views)) > 1:
             raise InvalidArgumentError(
                 "remove_process_set: ranks disagree on the set: " +

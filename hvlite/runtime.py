@@ -355,16 +355,17 @@ def _mark_state(rt, state):
         pass
 
 
-def add_process_set(process_set):
+def add_process_set(process_set, agree=None):
     """Create a process set from a ProcessSet or a list of ranks and return the ProcessSet.
-    Every rank calls it, in the same order; needs dynamic process sets."""
+    Every rank calls it, in the same order; needs dynamic process sets. `agree`: see
+    Registry.add (hvlite.add_process_set passes its own allgather_object)."""
     rt = current()
     if not rt.dynamic_sets:
         raise InvalidArgumentError("add_process_set: " + _ps._DYNAMIC.format("add"))
-    return rt.registry.add(process_set)
+    return rt.registry.add(process_set, agree)
 
 
-def remove_process_set(process_set):
+def remove_process_set(process_set, agree=None):
     """Remove a process set on every rank (all call it, in the same order); returns whether it
     was removed. The global set is never removed (False), as in Horovod."""
     rt = current()
@@ -372,7 +373,7 @@ def remove_process_set(process_set):
         return False
     if not rt.dynamic_sets:
         raise InvalidArgumentError("remove_process_set: " + _ps._DYNAMIC.format("remove"))
-    return rt.registry.remove(process_set)
+    return rt.registry.remove(process_set, agree)
 
 
 def registered_sets():
