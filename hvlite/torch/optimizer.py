@@ -70,6 +70,7 @@ class _DistributedMixin:
         self.op, self.gradient_predivide_factor = op, gradient_predivide_factor
         self.sparse_as_dense, self.process_set = sparse_as_dense, process_set
         self._handles, self._synchronized, self._should_synchronize = {}, False, True
+        self._densified = {}        # parameter -> sparse_dim of the sparse gradient it replaced
         trainable = [p for p in all_params if p.requires_grad]
         self._requires_update = set(trainable)
         self._group_of, self._group_count = {}, {}
@@ -95,6 +96,13 @@ class _DistributedMixin:
             self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook())
                            for p in trainable]
 
+    def _densify(self, p):
+        """sparse_as_dense: reduce the gradient dense (in place of p.grad while in flight);
+        synchronize() makes the result sparse again, as Horovod does, so that optimizers that
+        take only sparse gradients (SparseAdam) still step."""
+        self._densified[p] = p.grad.sparse_dim()
+        p.grad = p.grad.to_dense()
+
     def _scales(self):
         if self.op == Average:
             f = self.gradient_predivide_factor
@@ -108,7 +116,7 @@ class _DistributedMixin:
         if p.grad.is_sparse:
             if not self.sparse_as_dense:
                 return sparse_allreduce_async(p.grad, name, self.op, self.process_set)
-            p.grad = p.grad.to_dense()
+            self._densify(p)
         pre, post = self._scales()
         return allreduce_async_(p.grad, name=name, op=self.op, prescale_factor=pre,
                                 postscale_factor=post, process_set=self.process_set,
@@ -119,7 +127,7 @@ class _DistributedMixin:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             elif p.grad.is_sparse and self.sparse_as_dense:
-                p.grad = p.grad.to_dense()
+                self._densify(p)
         sparse = [p for p in grp if p.grad.is_sparse]
         dense = [p for p in grp if not p.grad.is_sparse]
         pre, post = self._scales()
@@ -176,8 +184,14 @@ class _DistributedMixin:
                 out = h.synchronize()
                 if isinstance(key, torch.Tensor) and key.grad is not None and key.grad.is_sparse:
                     key.grad = out
+            # sparse_as_dense: the reduced gradient goes back to the sparse layout it came in
+            # (Horovod: `aggregated.to_sparse()`; rows that reduced to zero are left out)
+            for p, sparse_dim in self._densified.items():
+                if p.grad is not None and not p.grad.is_sparse:
+                    p.grad = p.grad.to_sparse(sparse_dim)
         finally:
             self._handles.clear()
+            self._densified.clear()
             for p in self._delay:
                 self._delay[p] = self.backward_passes_per_step
             for g in self._group_count:
@@ -221,6 +235,7 @@ class _DistributedMixin:
 
     def load_state_dict(self, state_dict):
         self._handles, self._synchronized, self._should_synchronize = {}, False, True
+        self._densified = {}
         self.set_backward_passes_per_step(self.backward_passes_per_step)
         return self._hvd_base.load_state_dict(self, state_dict)
 
@@ -299,6 +314,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     default) during backward(). Gradients accumulate locally for backward_passes_per_step
     passes before they are reduced (summed, not divided: scale the loss if you want a mean).
     num_groups / groups reduce gradients in groups, each one grouped allreduce.
+    Sparse gradients are gathered and come back sparse; with sparse_as_dense=True they are
+    reduced dense and made sparse again (their own sparse_dim) before the step, as in Horovod,
+    so SparseAdam works either way.
     op=Adasum on more than one rank: Horovod's Adasum optimizer (see _AdasumMixin); groups and
     sparse_as_dense do not apply there (each parameter's update is reduced on its own and is
     dense), compression may be none, fp16 or bf16."""
