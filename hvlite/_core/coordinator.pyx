@@ -47,7 +47,7 @@ from hvlite._core.transport cimport transport_gather, transport_bcast
 from hvlite._core.agree cimport Ride, agree
 from hvlite._core.shm cimport shm_and_words, shm_beats
 from hvlite._core.reduce cimport finish_op, kernel_op
-from hvlite._core.describe cimport int_to_str, code_name
+from hvlite._core.describe cimport append_name, int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
@@ -74,6 +74,7 @@ cdef extern from "<sched.h>" nogil:
     int sched_setscheduler(int pid, int policy, const sched_param* param)
     int SCHED_BATCH
 
+cdef double WAIT_SLICE = 0.1    # seconds a waiting thread runs rounds between looks at signals
 cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
 
@@ -301,9 +302,9 @@ cdef class Coordinator:
                                  "again, or use another name")
         p = make_pending(req, &self.dmon, self, (inp, out))
         self._track(p)
-        if inline:
+        if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
-                self._drive(req)
+                self._drive(req, hv_now() + WAIT_SLICE)
             self._sweep()
         return p
 
@@ -377,10 +378,11 @@ cdef class Coordinator:
         communicator that MPI gives the same context."""
         return self.watch.quiet
 
-    def _drive_pending(self, Pending p):
-        """Pending.wait: run rounds on the waiting thread until p's request completes."""
+    def _drive_pending(self, Pending p, double seconds):
+        """Pending.wait: run rounds on the waiting thread until p's request completes or
+        `seconds` have passed (then the caller checks for signals and comes back)."""
         with nogil:
-            self._drive(p.req)
+            self._drive(p.req, hv_now() + seconds)
 
     def outputs_shared(self):
         """Whether this set's peers map this process's output arena (_core/arena.pyx), so its
@@ -548,7 +550,7 @@ cdef class Coordinator:
         hv_unlock(&self.qmon)
         return 0
 
-    cdef void _drive(self, Request* req) noexcept nogil:
+    cdef void _drive(self, Request* req, double until) noexcept nogil:
         """A thread waiting for `req` runs rounds itself until it completes, one round per
         turn of the round lock: while another thread holds the lock it sleeps on the completion
         monitor instead (woken when a request completes or the lock is let go), so a round
@@ -556,11 +558,12 @@ cdef class Coordinator:
         rounds: another thread of this rank (a second synchronous call, a chained collective)
         must be able to take its turn, or ranks whose threads wait in different orders would
         each hold the round the others need. A stop is left to the coordinator thread, and so
-        is whatever is still pending afterwards."""
+        is whatever is still pending afterwards. It returns at `until` too, so that the caller
+        can run Python's signal handlers (a wait stays interruptible)."""
         cdef Watch* saved
         cdef bint go, kick = False, last = False
         cdef int64_t turn
-        while hv_load(&req.status) == ST_PENDING and not last:
+        while hv_load(&req.status) == ST_PENDING and not last and hv_now() < until:
             hv_lock(&self.qmon)
             go = not (self.stop_requested or self.finished)
             hv_unlock(&self.qmon)
@@ -1038,7 +1041,7 @@ cdef class Coordinator:
     cdef string _label(self, int collective, const string& name) noexcept nogil:
         cdef string s = string(code_name(HV_COLLECTIVE_NAMES, C_COUNT, collective, b"collective"))
         s.append(b" '")
-        s.append(name)
+        append_name(s, name)
         s.append(b"'")
         return s
 

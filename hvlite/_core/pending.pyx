@@ -6,6 +6,7 @@ Pending until its request completes: a caller that drops its handle never frees 
 coordinator thread is still writing into."""
 # distutils: language = c++
 from libc.stdlib cimport free
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.buffer cimport PyBuffer_FillInfo
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
@@ -19,6 +20,9 @@ cdef class OwnedBuffer:
 
     def __dealloc__(self):
         free(self.ptr)
+
+
+cdef double WAIT_SLICE = 0.1    # seconds between looks at Python's signals while waiting
 
 
 cdef class Pending:
@@ -45,21 +49,30 @@ cdef class Pending:
         cdef Request* req = self.req
         cdef hv_monitor* mon = self.mon
         cdef int i
+        cdef double until
         if hv_load(&req.status) != ST_PENDING:
             self.owner.sweep()
             return
-        self.owner._drive_pending(self)
-        with nogil:
-            for i in range(200):
-                if hv_load(&req.status) != ST_PENDING:
-                    break
-                if i > 20:
-                    hv_yield()
-            if hv_load(&req.status) == ST_PENDING:
-                hv_lock(mon)
-                while hv_load(&req.status) == ST_PENDING:
-                    hv_wait(mon, 0.5)
-                hv_unlock(mon)
+        while True:
+            self.owner._drive_pending(self, WAIT_SLICE)
+            with nogil:
+                for i in range(200):
+                    if hv_load(&req.status) != ST_PENDING:
+                        break
+                    if i > 20:
+                        hv_yield()
+                if hv_load(&req.status) == ST_PENDING:
+                    until = hv_now() + WAIT_SLICE
+                    hv_lock(mon)
+                    while hv_load(&req.status) == ST_PENDING and hv_now() < until:
+                        hv_wait(mon, WAIT_SLICE)
+                    hv_unlock(mon)
+            if hv_load(&req.status) != ST_PENDING:
+                break
+            # Python's signal handlers run here, every WAIT_SLICE at most, as in CPython's own
+            # blocking calls: Ctrl-C raises KeyboardInterrupt in the caller; the request stays
+            # the runtime's (completed, or failed at shutdown, like a dropped handle's)
+            PyErr_CheckSignals()
         self.owner.sweep()          # what completed meanwhile (dropped handles) is let go now
 
     @property
