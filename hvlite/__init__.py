@@ -39,7 +39,11 @@ def init(comm=None, process_sets=None):
     rt = _runtime.init(comm, process_sets)
     s = rt.settings
     if fresh and s.timeline:
-        start_timeline(s.timeline, s.timeline_mark_cycles, s.timeline_all_ranks)
+        try:
+            start_timeline(s.timeline, s.timeline_mark_cycles, s.timeline_all_ranks)
+        except InvalidArgumentError as e:       # raised on every rank alike
+            shutdown()
+            raise ConfigError(f"HVLITE_TIMELINE={s.timeline!r}: {e}") from None
 
 
 def rank():

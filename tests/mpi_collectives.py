@@ -3,6 +3,7 @@ wait for a step another rank submits only later), and every collective on arrays
 anywhere in their shape, against NumPy on the gathered inputs."""
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import hvlite as hvd
 from helpers import assert_everywhere
@@ -159,3 +160,16 @@ def test_named_out_of_place_results_are_reused_only_when_let_go():
     if not (third == 3 * N * (N + 1) / 2).all():
         failures.append(f"result {third[:2]}")
     assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("algorithm", ["mpi", "ring", "rhd", "tree", "rd", None])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_results_have_the_same_bits_on_every_rank(algorithm, dtype):
+    """Inputs whose sums are NaN by different routes (inf + -inf, a NaN of either sign met first
+    or last): every rank gets the same bits, MPI's own reduction included."""
+    specials = np.array([-np.inf, np.inf, np.nan, -np.nan, 1.0], dtype)
+    x = np.roll(specials, RANK).repeat(3)
+    got = hvd.allreduce(x, op=hvd.Sum, algorithm=algorithm, name=f"nan.{algorithm}.{dtype.__name__}")
+    bits = MPI.COMM_WORLD.allgather(got.tobytes())
+    assert_everywhere([] if len(set(bits)) == 1 else
+                      [f"{algorithm}: NaN bits differ across ranks"])

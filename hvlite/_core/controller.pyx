@@ -16,7 +16,7 @@ from hvlite._core.cache cimport Cache, cache_init, cacheable, cache_pick_slot, c
 from hvlite._core.wire cimport *
 from hvlite._core.table cimport Entry, first_meta
 from hvlite._core.stall cimport Probes, stall_init, stall_note, stall_report
-from hvlite._core.describe cimport append_int, describe_shape, code_name
+from hvlite._core.describe cimport append_int, append_name, describe_shape, code_name
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter, Compare](Iter first, Iter last, Compare comp)
@@ -201,7 +201,7 @@ cdef string _agreement(const string& name, Entry* e, int n) noexcept nogil:
     msg.resize(msg.size() - 2)
     cdef string head = code_name(HV_COLLECTIVE_NAMES, C_COUNT, coll, b"collective")
     head.append(b" '")
-    head.append(name)
+    append_name(head, name)
     head.append(b"' failed on every rank: ")
     head.append(msg)
     return head
@@ -223,7 +223,7 @@ cdef string _joined_conflict(Table* t, const string& name, Entry* e, const Meta&
         return line
     line = code_name(HV_COLLECTIVE_NAMES, C_COUNT, meta.collective, b"?")
     line.append(b" '")
-    line.append(name)
+    append_name(line, name)
     line.append(b"' cannot run while some ranks have joined (")
     line.append(b"ranks " if k > 1 else b"rank ")
     line.append(ranks)

@@ -4,9 +4,12 @@ Standard types map to MPI's predefined datatypes and ops. float16 and bfloat16 h
 MPI type, so they travel as 2-byte contiguous types with user-defined ops that call hvlite's own
 kernels. Min and Max on float32/float64 use user-defined ops too: MPI_MIN/MPI_MAX leave NaN and
 the sign of zero to the library's reduction order, and ranks then disagree; hvlite's kernels give
-the same bits in any order, as every other algorithm does. Counts above INT_MAX go in pieces.
+the same bits in any order, as every other algorithm does. Sums and products can still end in
+a NaN whose sign depends on the order the library added in (inf + -inf, a NaN met first or
+second), so NaNs of float32/float64 results come out as the one quiet NaN everywhere. Counts
+above INT_MAX go in pieces.
 """
-from libc.stdint cimport uint16_t
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport *
 from hvlite._core.codes cimport *
@@ -101,6 +104,24 @@ cdef MPI_Op mpi_op(int dt, int op) noexcept nogil:
     return MPI_PROD
 
 
+cdef void _canonical_nans(char* buf, size_t count, int dtype) noexcept nogil:
+    """Every NaN as the positive quiet NaN: the same bits on every rank, whatever order MPI
+    reduced in (one pass over the result, vectorized)."""
+    cdef size_t i
+    cdef uint32_t* f
+    cdef uint64_t* d
+    if dtype == DT_FLOAT32:
+        f = <uint32_t*>buf
+        for i in range(count):
+            if (f[i] & 0x7fffffffU) > 0x7f800000U:
+                f[i] = 0x7fc00000U
+    elif dtype == DT_FLOAT64:
+        d = <uint64_t*>buf
+        for i in range(count):
+            if (d[i] & 0x7fffffffffffffffULL) > 0x7ff0000000000000ULL:
+                d[i] = 0x7ff8000000000000ULL
+
+
 cdef int mpi_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm) noexcept nogil:
     cdef int err
     cdef MPI_Request req
@@ -117,4 +138,6 @@ cdef int mpi_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm
         if err:
             return err
         off += n
+    if op == OP_SUM or op == OP_PRODUCT:
+        _canonical_nans(buf, count, dtype)
     return 0

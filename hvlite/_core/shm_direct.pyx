@@ -337,8 +337,10 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     # so every rank fails, not only the one that saw it.
     ok = 0 if err else ~(<uint64_t>0)
     e = shm_and_words(a, &ok, 1)
-    if err == 0:
-        err = e if e else (0 if ok else HV_ERR_SHM)
+    if e:
+        err = e         # a peer lost at the barrier explains a read or write that failed too
+    elif err == 0 and not ok:
+        err = HV_ERR_SHM
     free(tables)
     free(loc)
     free(acc)

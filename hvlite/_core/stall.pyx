@@ -8,7 +8,7 @@ from cython.operator cimport dereference as deref, preincrement as inc
 from libc.stdint cimport int64_t
 from hvlite._core.codes cimport C_JOIN, C_COUNT, HV_COLLECTIVE_NAMES
 from hvlite._core.table cimport Entry, first_meta
-from hvlite._core.describe cimport append_int, code_name
+from hvlite._core.describe cimport append_int, append_name, code_name
 
 cdef extern from "stdio.h" nogil:
     ctypedef struct FILE
@@ -87,7 +87,7 @@ cdef void _report_entries(const Stall* s, Table* t, Probes* p, int n, double now
         line = string(b"hvlite: stall: ")
         line.append(code_name(HV_COLLECTIVE_NAMES, C_COUNT, first_meta(e, n).collective, b"?"))
         line.append(b" '")
-        line.append(name)
+        append_name(line, name)
         line.append(b"' has waited ")
         append_int(line, <int64_t>age)
         line.append(b" s; ranks that have not submitted it: ")
@@ -112,7 +112,7 @@ cdef void _report_probes(const Stall* s, Table* t, Probes* p, int n, string* fat
         if age < s.check:
             continue
         line = string(b"hvlite: stall: '")
-        line.append(name)
+        append_name(line, name)
         line.append(b"' has waited ")
         append_int(line, <int64_t>age)
         line.append(b" s; ranks that have not submitted it: ")

@@ -33,9 +33,22 @@ class Timeline:
         for _ in range(3):
             rt.comm.Barrier()
         origin = now()
+        problem = None
+        if self.active:
+            try:
+                self.writer.open(self.path, rank, origin, mark_cycles)
+            except Exception as e:      # noqa: BLE001 - every rank is told, below
+                problem = f"rank {rank} cannot write the trace to {self.path!r}: {e}"
+        # every rank learns whether every writer opened: a rank left thinking the timeline
+        # runs would see only a bare shutdown once the failing rank gives up
+        problems = [p for p in rt.comm.allgather(problem) if p]
+        if problems:
+            if self.active and problem is None:
+                self.writer.close()
+            self.active = False
+            raise InvalidArgumentError("start_timeline: " + "; ".join(problems))
         if not self.active:
             return
-        self.writer.open(self.path, rank, origin, mark_cycles)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="hvlite-timeline", daemon=True)
         self.thread.start()

@@ -35,3 +35,13 @@ def test_stall_check_and_shutdown(mpirun):
                  env={"HVLITE_STALL_CHECK_TIME_SECONDS": "1",
                       "HVLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"})
     assert "hvlite: stall:" in out and "ranks that have not submitted it" in out
+
+
+def test_stall_reports_escape_and_cut_odd_names(mpirun):
+    out = mpirun(2, "tests/_core/mpi_stall.py", "-s", timeout=120,
+                 env={"HVLITE_STALL_CHECK_TIME_SECONDS": "1", "STALL_ODD_NAME": "1",
+                      "HVLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+    reports = [ln for ln in out.splitlines() if "hvlite: stall:" in ln]
+    assert reports and all("\\x00tail\\x0a" in ln and " bytes)" in ln for ln in reports), \
+        out[-3000:]
+    assert all(len(ln) < 2000 for ln in reports), max(map(len, reports))

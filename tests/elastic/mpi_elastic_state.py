@@ -215,7 +215,7 @@ def test_run_syncs_resets_and_stops_for_new_hosts(elastic_dir, monkeypatch):
 
     @hvd.elastic.run
     def broken(state):
-        raise hvd.InvalidArgumentError("outside hvliterun --elastic errors propagate")
+        raise hvd.ShutdownError("outside hvliterun --elastic errors propagate")
     try:
         broken(state)
         bad.append("no exception")

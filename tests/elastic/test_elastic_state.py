@@ -11,8 +11,11 @@ def test_horovod_names():
     assert hvlite.elastic is elastic
     assert elastic.HostsUpdatedInterrupt is hvlite.HostsUpdatedInterrupt
     assert issubclass(elastic.HostsUpdatedInterrupt, RuntimeError)
-    assert elastic.HorovodInternalError is hvlite.HvliteError
-    assert issubclass(hvlite.LostRankError, elastic.HorovodInternalError)
+    assert elastic.HorovodInternalError is hvlite.InternalError
+    assert issubclass(elastic.HorovodInternalError, RuntimeError)
+    for cls in (hvlite.LostRankError, hvlite.ShutdownError, hvlite.StallError, hvlite.MPIError):
+        assert issubclass(cls, elastic.HorovodInternalError), cls
+    assert not issubclass(hvlite.InvalidArgumentError, elastic.HorovodInternalError)
     for name in ("State", "ObjectState", "NumpyState", "run"):
         assert callable(getattr(elastic, name))
 
