@@ -81,6 +81,13 @@ class MPIError(InternalError):
         self.mpi_message = message
 
 
+class RankFailedError(LostRankError):
+    """A rank failed on its own in the middle of a collective (out of memory for a fused batch,
+    a joined rank's buffer, a result): raised on that rank and, naming it and its reason, on
+    every rank of the set, whose collective cannot complete without it. As after a lost rank,
+    MPI cannot go on."""
+
+
 class PSError(InternalError):
     """A parameter-server peer failed (a worker raised, a server died) or stopped answering.
     Raised on every rank of the job, naming the rank that failed first."""

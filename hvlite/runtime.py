@@ -134,7 +134,7 @@ class Runtime:
         from hvlite._core.codes import ERROR_KINDS
         for state in states:
             death = state.coordinator.death()
-            if death and ERROR_KINDS[death[0]] == "lost":
+            if death and ERROR_KINDS[death[0]] in ("lost", "failed"):
                 return death[1]
         return None
 

@@ -257,7 +257,7 @@ cdef int adasum_allreduce(char* buf, const size_t* counts, size_t nt, int dtype,
     if recv == NULL or dots == NULL:
         free(recv)
         free(dots)
-        return HV_ERR_NOMEM
+        return nomem(need * es + 1)
     if r < 2 * rem:
         newrank = -1 if r % 2 == 0 else r // 2
         if newrank < 0:

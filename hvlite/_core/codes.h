@@ -34,7 +34,7 @@
 /* How a request ended; codes.pyx maps each kind to its exception class. */
 #define HV_ERROR_KINDS(X) \
     X(E_NONE, "none") X(E_MISMATCH, "mismatch") X(E_SHUTDOWN, "shutdown") X(E_STALL, "stall") \
-    X(E_MPI, "mpi") X(E_INVALID, "invalid") X(E_LOST, "lost") X(E_DUPLICATE, "duplicate")
+    X(E_MPI, "mpi") X(E_INVALID, "invalid") X(E_LOST, "lost") X(E_DUPLICATE, "duplicate") X(E_FAILED, "failed")
 
 /* hvlite's own error codes: negative, so they never collide with MPI's (0 is success, MPI's
  * codes and classes are positive). The text is what users read after "MPI error <code>:". */

@@ -10,7 +10,7 @@ cdef extern from "codes.h" nogil:
         OP_COUNT
         ALG_AUTO, ALG_RING, ALG_RHD, ALG_TREE, ALG_HIERARCHICAL, ALG_MPI, ALG_RD, ALG_SHM
         ALG_COUNT
-        E_NONE, E_MISMATCH, E_SHUTDOWN, E_STALL, E_MPI, E_INVALID, E_LOST, E_DUPLICATE
+        E_NONE, E_MISMATCH, E_SHUTDOWN, E_STALL, E_MPI, E_INVALID, E_LOST, E_DUPLICATE, E_FAILED
         E_COUNT
         HV_ERR_NOMEM, HV_ERR_SHM, HV_ERR_COUNT, HV_ERR_TIMEOUT, HV_ERR_LOST, HV_ERR_DESYNC, HV_MISMATCH
         ST_PENDING, ST_DONE, ST_ERROR
@@ -25,5 +25,9 @@ cdef extern from "codes.h" nogil:
 
 # Writes the text of `code` (hvlite's own, else MPI's) into buf; returns its length.
 cdef int error_text(int code, char* buf, int cap) noexcept nogil
+# A rank-local allocation of `nbytes` failed: note the size (the round's failure message says
+# it) and return HV_ERR_NOMEM. nomem_bytes(): the last size noted.
+cdef int nomem(size_t nbytes) noexcept nogil
+cdef size_t nomem_bytes() noexcept nogil
 # CHKERR: raise MPIError for a non-zero code, naming `what`.
 cdef int check(int err, what=*) except -1

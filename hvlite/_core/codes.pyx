@@ -39,6 +39,19 @@ cdef int error_text(int code, char* buf, int cap) noexcept nogil:
     return n
 
 
+cdef size_t _nomem_bytes = 0
+
+
+cdef int nomem(size_t nbytes) noexcept nogil:
+    global _nomem_bytes
+    _nomem_bytes = nbytes
+    return HV_ERR_NOMEM
+
+
+cdef size_t nomem_bytes() noexcept nogil:
+    return _nomem_bytes
+
+
 def error_string(int code):
     """hvlite's text for its own codes, MPI's for MPI's."""
     cdef char buf[MPI_MAX_ERROR_STRING + 1]
@@ -55,7 +68,7 @@ def exception(int kind, message, int code=0):
         return errors.MPIError(code, message if message else error_string(code))
     cls = {E_MISMATCH: errors.MismatchError, E_SHUTDOWN: errors.ShutdownError,
            E_STALL: errors.StallError, E_LOST: errors.LostRankError,
-           E_DUPLICATE: errors.DuplicateNameError}.get(kind, errors.InvalidArgumentError)
+           E_DUPLICATE: errors.DuplicateNameError, E_FAILED: errors.RankFailedError}.get(kind, errors.InvalidArgumentError)
     return cls(message)
 
 

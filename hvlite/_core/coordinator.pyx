@@ -47,7 +47,7 @@ from hvlite._core.transport cimport transport_gather, transport_bcast
 from hvlite._core.agree cimport Ride, agree
 from hvlite._core.shm cimport shm_and_words, shm_beats
 from hvlite._core.reduce cimport finish_op, kernel_op
-from hvlite._core.describe cimport append_name, int_to_str, code_name
+from hvlite._core.describe cimport append_int, append_name, int_to_str, code_name
 from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
 from hvlite._core.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
@@ -57,7 +57,8 @@ from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
 cimport mpi4py.MPI as MPI
 from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_current,
-                                    watch_poll, watch_ping_all, watch_quiesce, watch_share_beats)
+                                    watch_poll, watch_ping_all, watch_quiesce, watch_share_beats,
+                                    watch_fail_all)
 
 cnp.import_array()
 
@@ -120,6 +121,7 @@ cdef class Coordinator:
     cdef bint busy                # requests wait in rounds: the thread keeps running them
     cdef bint kick                # a peer waits in a round this rank has not joined
     cdef bint finished            # the last round has run: the thread exits
+    cdef string failure           # why this rank failed alone in a round (watch_fail_all told)
     cdef int64_t turns            # (dmon) times the round lock was let go, for threads waiting on it
     # round state (the holder of rmon: the coordinator thread, or a synchronous caller)
     cdef unordered_map[string, Request*] pending
@@ -687,6 +689,9 @@ cdef class Coordinator:
         ready = hv_now()
         self.negotiate_seconds += ready - t0
         self._run_ready(items, finish != 2, t0, ready)
+        if not self.failure.empty():
+            self._die(E_FAILED, self.failure.c_str(), 0)
+            return 1
         if self.watch.lost >= 0:
             self._die_err(b"", HV_ERR_LOST)
             return 1
@@ -932,6 +937,11 @@ cdef class Coordinator:
             req = it.req
             err = it.err
             c = it.meta.collective
+            if not self.failure.empty():
+                continue        # this rank failed alone: the rest fail with it (_step)
+            if err == HV_ERR_NOMEM:
+                self._fail_here(it)
+                continue
             if c != C_ALLREDUCE:
                 it.start = it.packed = hv_now()
             es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
@@ -940,6 +950,11 @@ cdef class Coordinator:
                 err = run_item(self.ctx.comm, it, &self.ctx.shm if self.node_copies else NULL)
             if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
+            if err == HV_ERR_NOMEM:
+                self._fail_here(it)
+                continue
+            if err and err != HV_ERR_LOST and self._peer_failed():
+                err = HV_ERR_LOST       # MPI's error is the failed peer's exit: say why it failed
             if req == NULL or err == HV_ERR_LOST:
                 continue        # a lost peer: the round ends in _die_err, failing it with the rest
             if self.rec.on:
@@ -1079,12 +1094,53 @@ cdef class Coordinator:
             d.append(b")")
         return d
 
+    cdef bint _peer_failed(self) noexcept nogil:
+        """After an MPI error: whether a peer told of a failure of its own (its notice may trail
+        the error that another peer's exit caused; it was sent first, so 0.2 s is plenty)."""
+        cdef double until = hv_now() + 0.2
+        if self.watch.ctl == MPI_COMM_NULL:
+            return False
+        while self.watch.failed < 0 and hv_now() < until:
+            watch_poll(&self.watch, 0.0)
+            if self.watch.failed < 0:
+                hv_sleep(1e-3)
+        return self.watch.failed >= 0
+
+    cdef void _fail_here(self, Item* it) noexcept nogil:
+        """This rank failed alone in the round (an allocation): tell every peer why, so that none
+        waits for ever on it in this collective; _step then fails everything here with it."""
+        cdef string why = string(b"out of memory: allocating ")
+        append_int(why, <int64_t>nomem_bytes())
+        why.append(b" bytes for ")
+        why.append(self._label(it.meta.collective, it.name))
+        if it.fused > 1:
+            why.append(b" (fused with ")
+            append_int(why, it.fused - 1)
+            why.append(b" more)")
+        if it.req == NULL:
+            why.append(b", a joined rank's contribution,")
+        why.append(b" failed on rank ")
+        append_int(why, self.granks[self.ctx.rank] if self.ctx.rank < <int>self.granks.size()
+                   else self.ctx.rank)
+        why.append(b"; every rank's collective fails with it, and MPI cannot go on")
+        self.failure = why
+        watch_fail_all(&self.watch, why.c_str())
+
     cdef void _die_err(self, const char* what, int code) noexcept nogil:
         """Stop for good after a failed MPI call; a lost peer is named with what was in flight."""
         cdef string why
         cdef int peer = self.watch.lost
         if code != HV_ERR_LOST or peer < 0:
             self._die(E_MPI, what, code)
+            return
+        if self.watch.failed >= 0:      # it told why: a failure of its own
+            why = string(b"rank ")
+            why.append(int_to_str(self.granks[peer] if peer < <int>self.granks.size() else peer))
+            why.append(b" failed while this rank waited in ")
+            why.append(self._doing())
+            why.append(b": ")
+            why.append(self.watch.fail_text)
+            self._die(E_FAILED, why.c_str(), 0)
             return
         why = string(b"rank ")
         why.append(int_to_str(self.granks[peer] if peer < <int>self.granks.size() else peer))

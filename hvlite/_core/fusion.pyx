@@ -40,11 +40,21 @@ cdef void fusion_free(FusionBuffer* f) noexcept nogil:
     f.cap = 0
 
 
+cdef size_t _alloc_limit = <size_t>-1     # tests: fused buffers past this fail, as malloc may
+
+
+def _test_alloc_limit(size_t nbytes):
+    """Tests only: a fusion buffer of more than `nbytes` fails to allocate on this rank, as it
+    would under a memory cap, whatever size the round's batch happens to have."""
+    global _alloc_limit
+    _alloc_limit = nbytes
+
+
 cdef int _reserve(FusionBuffer* f, size_t nbytes) noexcept nogil:
     if nbytes <= f.cap:
         return 0
     free(f.buf)
-    f.buf = <char*>malloc(nbytes)
+    f.buf = <char*>malloc(nbytes) if nbytes <= _alloc_limit else NULL
     f.cap = nbytes if f.buf != NULL else 0
     return 0 if f.buf != NULL else -1
 
@@ -110,7 +120,7 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
         else:
             buf = <char*>malloc(total * es + 1)
             if buf == NULL:
-                return -1
+                return nomem(total * es + 1)
             fill_identity(buf, total, dtype, op)
             err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
         it.packed = t0
@@ -121,7 +131,7 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
             it.req.algorithm_used = algo
         return err
     if _reserve(f, total * es):
-        return -1
+        return nomem(total * es)
     for k in batch:
         n = item_count(items[k].meta)
         if items[k].req != NULL:
@@ -209,6 +219,8 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
                 err = _run_batch(c, f, items, batch, divisor)
                 for k in batch:
                     items[k].err = err
+                if err == HV_ERR_NOMEM:
+                    return      # this rank failed alone: the round ends (coordinator._fail_here)
                 batch.clear()
                 batch_bytes = 0
             batch.push_back(j)
@@ -217,3 +229,5 @@ cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long 
         err = _run_batch(c, f, items, batch, divisor)
         for k in batch:
             items[k].err = err
+        if err == HV_ERR_NOMEM:
+            return

@@ -20,6 +20,10 @@ cdef struct Watch:
     int64_t* ack_buf
     int lost                     # the first peer found lost, -1 while none
     double lost_silence
+    int failed                   # the lost peer told of a failure of its own (FAILED), or -1
+    char* fail_text              # FAIL_TEXT bytes: its reason, NUL-terminated
+    char* fail_out               # FAIL_TEXT bytes: this rank's own reason, while it is sent
+    MPI_Request* fail_req        # per peer: this rank's FAILED send
     int64_t* sent                # per peer: messages sent to it, and received from it
     int64_t* got
     bint quiet                   # quiesced: nothing of the watch is in flight any more
@@ -51,6 +55,9 @@ cdef int watch_poll(Watch* w, double waited) noexcept nogil
 cdef int watch_quiesce(Watch* w) noexcept nogil
 # Ping every peer now (a stopping coordinator wants everyone in its round at once).
 cdef void watch_ping_all(Watch* w) noexcept nogil
+# This rank failed on its own in a round (out of memory): tell every peer why. A peer waiting
+# on it, or polling later, finds it lost at once (w.failed, w.fail_text) instead of waiting.
+cdef void watch_fail_all(Watch* w, const char* why) noexcept nogil
 # MPI_Waitall that stays in touch: spins (yielding after a while), polls the thread's watch once
 # a wait has lasted a few milliseconds, and with `patient` sleeps between tests (waits on a late
 # rank, not on data in transit). Returns HV_ERR_LOST when the watch finds a peer lost.

@@ -10,12 +10,18 @@ help from the user code of the missing rank). A peer that leaves a ping unanswer
 `lost_after` seconds is lost: the wait returns HV_ERR_LOST and the coordinator fails everything
 naming that rank.
 
+A rank that fails on its own inside a round (out of memory for a fused batch, say) sends every
+peer its reason, tag FAILED (text, up to FAIL_TEXT bytes, not counted with the pings): a peer
+waiting on it in the same collective would otherwise wait for ever, since the failed rank's
+process is alive and answers pings. The peer's wait returns HV_ERR_LOST at once, naming it.
+
 Messages: one int64 (the round the sender waits in), tag PING or ACK, received with Iprobe then
 Recv from the probed source (a posted Irecv(ANY_SOURCE) can miss remote senders on some netmods).
 A ping or acknowledgement to a peer whose previous one is still in transit is skipped, so a
 stopped peer never accumulates sends.
 """
 from libc.stdlib cimport calloc, free
+from libc.string cimport strlen, memcpy
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport *
 from hvlite._core.codes cimport HV_ERR_LOST, HV_ERR_NOMEM
@@ -30,6 +36,8 @@ cdef extern from *:
 cdef enum:
     PING = 1
     ACK = 2
+    FAILED = 3
+    FAIL_TEXT = 1024        # bytes of a failure's reason, its NUL included
     QUICK = 64              # tests before the first yield
     POLL_AFTER_NS = 5000000 # a wait polls its watch once it has lasted 5 ms,
     POLL_EVERY_NS = 2000000 # then every 2 ms
@@ -47,6 +55,9 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.wanted = 0
     w.lost = -1
     w.lost_silence = 0
+    w.failed = -1
+    w.fail_text = w.fail_out = NULL
+    w.fail_req = NULL
     w.silent_since = NULL
     w.ping_req = w.ack_req = NULL
     w.ping_buf = w.ack_buf = NULL
@@ -67,13 +78,17 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.ack_buf = <int64_t*>calloc(w.n, sizeof(int64_t))
     w.sent = <int64_t*>calloc(w.n, sizeof(int64_t))
     w.got = <int64_t*>calloc(w.n, sizeof(int64_t))
+    w.fail_text = <char*>calloc(FAIL_TEXT, 1)
+    w.fail_out = <char*>calloc(FAIL_TEXT, 1)
+    w.fail_req = <MPI_Request*>calloc(w.n, sizeof(MPI_Request))
     if not (w.silent_since and w.ping_req and w.ack_req and w.ping_buf and w.ack_buf and w.sent
-            and w.got):
+            and w.got and w.fail_text and w.fail_out and w.fail_req):
         watch_free(w)
         raise MemoryError("liveness watch")
     for i in range(w.n):
         w.ping_req[i] = MPI_REQUEST_NULL
         w.ack_req[i] = MPI_REQUEST_NULL
+        w.fail_req[i] = MPI_REQUEST_NULL
     return 0
 
 
@@ -127,6 +142,14 @@ cdef void watch_free(Watch* w) noexcept nogil:
         for i in range(w.n):
             _drop(&w.ping_req[i])
             _drop(&w.ack_req[i])
+    if w.fail_req != NULL:
+        for i in range(w.n):
+            _drop(&w.fail_req[i])
+    free(w.fail_req)
+    free(w.fail_text)
+    free(w.fail_out)
+    w.fail_req = NULL
+    w.fail_text = w.fail_out = NULL
     free(w.silent_since)
     free(w.ping_req)
     free(w.ack_req)
@@ -180,6 +203,50 @@ cdef void _send(Watch* w, int peer, int tag, MPI_Request* req, int64_t* buf) noe
             w.sent[peer] += 1
 
 
+cdef void _failed_peer(Watch* w, MPI_Status* st) noexcept nogil:
+    """A FAILED message: the peer's reason, and the peer taken as lost."""
+    cdef int count = 0
+    cdef char* into = w.fail_text if w.failed < 0 else w.fail_out
+    MPI_Get_count(st, MPI_CHAR, &count)
+    if count < 0 or count > FAIL_TEXT:     # not this protocol's: read it, keep nothing
+        count = 0
+    if MPI_Recv(into if count else NULL, count, MPI_CHAR, st.MPI_SOURCE, FAILED, w.ctl,
+                MPI_STATUS_IGNORE):
+        return
+    if w.failed >= 0:
+        return
+    w.fail_text[FAIL_TEXT - 1] = 0
+    if count < FAIL_TEXT:
+        w.fail_text[count] = 0
+    w.failed = st.MPI_SOURCE
+    if w.lost < 0:
+        w.lost = st.MPI_SOURCE
+        w.lost_silence = 0
+
+
+cdef void watch_fail_all(Watch* w, const char* why) noexcept nogil:
+    cdef int i
+    cdef size_t n
+    if w == NULL or w.ctl == MPI_COMM_NULL:
+        return
+    n = strlen(why)
+    if n > FAIL_TEXT - 1:
+        n = FAIL_TEXT - 1
+    memcpy(w.fail_out, why, n)
+    w.fail_out[n] = 0
+    for i in range(w.n):
+        if i != w.rank and w.fail_req[i] == MPI_REQUEST_NULL:
+            MPI_Isend(w.fail_out, <int>(n + 1), MPI_CHAR, i, FAILED, w.ctl, &w.fail_req[i])
+    # the process may end soon after (its error raised, the script gone): let the sends go out
+    # (small: MPI sends them eagerly), 2 s at most for a peer that takes nothing
+    cdef double until = hv_now() + 2.0
+    cdef int done = 0
+    while hv_now() < until:
+        if MPI_Testall(w.n, w.fail_req, &done, MPI_STATUSES_IGNORE) or done:
+            break
+        hv_sleep(1e-4)
+
+
 cdef void _answer(Watch* w) noexcept nogil:
     """Receive every ping and acknowledgement waiting; acknowledge pings."""
     cdef int flag = 1
@@ -189,6 +256,9 @@ cdef void _answer(Watch* w) noexcept nogil:
         flag = 0
         if MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w.ctl, &flag, &st) or not flag:
             return
+        if st.MPI_TAG == FAILED:
+            _failed_peer(w, &st)
+            continue
         if MPI_Recv(&value, 1, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, w.ctl, MPI_STATUS_IGNORE):
             return
         w.got[st.MPI_SOURCE] += 1
@@ -248,6 +318,8 @@ cdef int watch_poll(Watch* w, double waited) noexcept nogil:
     if w.beats != NULL:
         hv_store64(_beat(w, w.rank), hv_load64(_beat(w, w.rank)) + 1)     # only this rank writes it
     _answer(w)
+    if w.lost >= 0:             # a peer told of its own failure
+        return w.lost
     if waited < w.ping_after:
         return -1
     now = hv_now()

@@ -77,7 +77,7 @@ cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_b
         return err
     result[0] = <char*>malloc(total_rows[0] * row_bytes + 1)
     if result[0] == NULL:
-        return -1
+        return nomem(total_rows[0] * row_bytes + 1)
     return _wait(MPI_Iallgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
                                  counts.data(), displs.data(), MPI_BYTE, comm, &req), &req)
 
@@ -116,7 +116,7 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
         return err
     result[0] = <char*>malloc(total * row_bytes + 1)
     if result[0] == NULL:
-        return -1
+        return nomem(total * row_bytes + 1)
     return _wait(MPI_Ialltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
                                 result[0], rcounts.data(), rdispls.data(), MPI_BYTE, comm, &req), &req)
 
@@ -193,7 +193,7 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
         else:
             tmp = <char*>malloc(item_count(it.meta) * es + 1)
         if tmp == NULL:
-            err = -1
+            err = nomem(item_count(it.meta) * es + 1)
         elif node != NULL:
             err = shm_broadcast(node, tmp, item_count(it.meta) * es, it.meta.root)
         else:

@@ -11,6 +11,7 @@ from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.reduce cimport reduce_into
 from hvlite._core.liveness cimport wait_all
+from hvlite._core.codes cimport nomem
 
 cdef enum:
     TAG = 0x4856
@@ -99,7 +100,7 @@ cdef int sendrecv_reduce_from(const char* sbuf, size_t scount, int dest, const c
     if nsend:
         sreq = <MPI_Request*>malloc(nsend * sizeof(MPI_Request))
         if sreq == NULL:
-            return HV_ERR_NOMEM
+            return nomem(nsend * sizeof(MPI_Request))
     rreq[0] = MPI_REQUEST_NULL
     rreq[1] = MPI_REQUEST_NULL
     if nrecv:

@@ -3,6 +3,7 @@ ranks (set on the last rank only, through mpiexec's per-rank -env), a bad settin
 and argument errors on one rank. Every rank must see the error, naming the setting or the rank,
 and the job must end within seconds, not hang."""
 import json
+import re
 import time
 
 import pytest
@@ -62,3 +63,26 @@ def test_unknown_variable_is_reported_by_rank_0(mpirun, n):
                        rank_env={r: {"HVLITE_SEGMENT_BYTE": "4096"} for r in range(n)})
     assert out.count("FAULT-CHECK OK") == n, out
     assert took < BOUND
+
+
+@pytest.mark.parametrize("case", ["joined", "fused"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_one_rank_out_of_memory_fails_every_rank(case, n, tmp_path):
+    """tests/faults/oom_job.py: hvlite's own allocation fails on rank 1 alone, inside a round.
+    Rank 1 tells its peers why, so every rank raises RankFailedError naming it and the size at
+    once, instead of the others waiting for ever in the collective."""
+    from conftest import run_mpi
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_mpi(n, "tests/faults/oom_job.py", case, str(tmp_path), pytest_module=False,
+                timeout=90)
+    out = str(info.value)
+    assert "hung" not in out, out[-3000:]
+    # (the fused batch holds whatever of the 200 calls one round took: its size varies)
+    what = (r"268435457 bytes for allreduce 'big', a joined rank's contribution," if case == "joined"
+            else r"\d+ bytes for allreduce 'g\.\d+' \(fused with \d+ more\)")
+    assert re.search(f"rank 1: RankFailedError: out of memory: allocating {what} failed on "
+                     "rank 1", out), out[-3000:]
+    for r in range(n):
+        if r != 1:
+            assert (f"rank {r}: RankFailedError: rank 1 failed while this rank waited in "
+                    in out), out[-3000:]
