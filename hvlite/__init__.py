@@ -12,10 +12,10 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
                                 grouped_allreduce_async, join, join_async, poll, reducescatter,
                                 reducescatter_async, synchronize)
 from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, ForkedChildError,
-                           HostsUpdatedInterrupt,
-                           HvliteError, InternalError, UnsupportedOperationError,
-                           InvalidArgumentError, LostRankError, MismatchError, MPIError, RankFailedError,
-                           NotInitializedError, ShutdownError, StallError)
+                           HostsUpdatedInterrupt, HvliteError, InternalError,
+                           InvalidArgumentError, LostRankError, MismatchError, MPIError,
+                           NotInitializedError, RankFailedError, ShutdownError, StallError,
+                           UnsupportedOperationError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
 from hvlite.collectives import add_process_set, remove_process_set

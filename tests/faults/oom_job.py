@@ -3,7 +3,8 @@ is capped (RLIMIT_AS) just above what it uses, then argv[1] says where hvlite's 
 fails on it alone: 'joined' (rank 1 has joined; rank 0's 256 MiB all-reduce needs a buffer of
 the op's identity there) or 'fused' (200 all-reduces of 128 KiB fused into one 25 MiB buffer,
 by ring; rank 1 also refuses fused buffers over 64 KiB, so the batch a round happens to take
-fails however small). argv[2]: an empty directory for the ranks' "spoke" marks. Every rank must raise RankFailedError naming rank 1 and the size, none may hang."""
+fails however small). argv[2]: an empty directory for the ranks' "spoke" marks. Every rank
+must raise RankFailedError naming rank 1 and the size; none may hang."""
 import os
 import resource
 import sys
