@@ -157,8 +157,8 @@ cdef class Coordinator:
     cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     # user-thread side (under the GIL): every Pending whose request may still be in flight
-    cdef dict live                  # request address -> its Pending, in submission order
-    cdef vector[size_t] completed   # requests completed since the last sweep (under dmon)
+    cdef set live                   # every Pending whose request may still be in flight
+    cdef vector[Request*] completed # held requests completed since the last sweep (under dmon)
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -213,7 +213,7 @@ cdef class Coordinator:
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
-        self.live = {}
+        self.live = set()
 
     def __dealloc__(self):
         watch_free(&self.watch)
@@ -265,6 +265,7 @@ cdef class Coordinator:
             # else it completed between the check and the search: ask again
         if problem == 0:
             req = new Request()
+            req.held = NULL
             req.name = cname
             req.meta.collective = collective
             req.meta.dtype = dtype
@@ -280,6 +281,10 @@ cdef class Coordinator:
             req.status = ST_PENDING
             req.slot = -1
             req.submitted = hv_now()
+            # held from before the coordinator can see it: a request it completes at once is
+            # still let go of by the next sweep
+            p = make_pending(req, &self.dmon, self, (inp, out))
+            self._track(p)
             hv_lock(&self.qmon)
             if self.dead:
                 problem = 1
@@ -292,6 +297,9 @@ cdef class Coordinator:
                     hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
             if problem:
+                self.live.discard(p)
+                p.req = NULL            # never queued: freed here, not by the Pending
+                p = None
                 del req
         if problem == 1:
             return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
@@ -302,8 +310,6 @@ cdef class Coordinator:
                                  f"rank (its handle {held}); a name may be in flight once: "
                                  "synchronize the earlier request before submitting the name "
                                  "again, or use another name")
-        p = make_pending(req, &self.dmon, self, (inp, out))
-        self._track(p)
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
                 self._drive(req, hv_now() + WAIT_SLICE)
@@ -313,47 +319,51 @@ cdef class Coordinator:
     cdef Pending _dropped(self, const string& name, bint any_handle):
         """The pending request named `name` whose handle is gone (only this table holds it), or
         with `any_handle` whether its handle is held or not."""
-        for q in self.live.values():
-            # references: the table's and this loop's; a live handle would add its own
+        for q in self.live:
+            # references: the set's and this loop's; a live handle would add its own
             if ((any_handle or Py_REFCNT(q) == 2) and (<Pending>q).pending()
                     and (<Pending>q).req.name == name):
                 return <Pending>q
         return None
 
-    cdef _track(self, Pending p):
+    cdef int _track(self, Pending p) except -1:
         """Hold `p` (and so its buffers) until its request completes."""
         self._sweep()
-        self.live[<size_t>p.req] = p
+        p.req.held = <void*>p
+        self.live.add(p)
+        return 0
 
     def sweep(self):
         self._sweep()
 
-    cdef _sweep(self):
+    cdef int _sweep(self) except -1:
         """Let go of the requests completed since the last sweep: a dropped handle's buffers
         are released at the first hvlite call on this rank after its request completes, the
-        wait that saw it complete included. Costs O(completed), not O(in flight)."""
-        cdef vector[size_t] done
+        wait that saw it complete included. Costs O(completed), not O(in flight). A completed
+        request's Pending is alive until this (the set holds it), so its pointer is good."""
+        cdef vector[Request*] done
+        cdef size_t i
         hv_lock(&self.dmon)
+        if self.completed.empty():
+            hv_unlock(&self.dmon)
+            return 0
         done.swap(self.completed)
         hv_unlock(&self.dmon)
-        if done.empty():
-            return
         live = self.live
         for i in range(done.size()):
-            q = live.get(done[i])
-            # the address may belong to a newer request by now: only a completed one goes
-            if q is not None and not (<Pending>q).pending():
-                del live[done[i]]
-        q = None
+            if done[i].held != NULL:
+                live.discard(<object>done[i].held)
+        return 0
 
     def in_flight(self):
         """This rank's requests not yet completed (handles dropped or not), oldest first."""
-        self.sweep()
-        return [q for q in self.live.values() if (<Pending>q).pending()]
+        self._sweep()
+        return sorted((q for q in self.live if (<Pending>q).pending()),
+                      key=lambda q: (<Pending>q).req.submitted)
 
     def held(self):
         """How many requests the runtime still holds (tests: dropped work is let go)."""
-        self.sweep()
+        self._sweep()
         return len(self.live)
 
     def wait_all(self):
@@ -363,7 +373,7 @@ cdef class Coordinator:
 
     def release_all(self):
         """After the thread has stopped (every request completed): let go of them all."""
-        self.live = {}
+        self.live = set()
         hv_lock(&self.dmon)
         self.completed.clear()
         hv_unlock(&self.dmon)
@@ -1045,8 +1055,8 @@ cdef class Coordinator:
         req.error = msg
         hv_store(&req.status, status)
         orphan = req.orphan
-        if not orphan:              # a Pending holds it: the next sweep lets go of it
-            self.completed.push_back(<size_t>req)
+        if not orphan and req.held != NULL:     # the next sweep lets go of its Pending
+            self.completed.push_back(req)
         hv_notify_all(&self.dmon)
         hv_unlock(&self.dmon)
         if orphan:

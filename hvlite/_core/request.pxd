@@ -39,6 +39,7 @@ cdef cppclass Request:
     int64_t value               # join: the last rank to join
     int algorithm_used
     bint orphan                 # the Python handle is gone: the coordinator deletes it on completion
+    void* held                  # its Pending, borrowed (the coordinator's `live` set owns it)
     # negotiation state (coordinator thread only)
     int slot                    # response-cache slot, or -1
     bint sent                   # already told rank 0 (cache misses)
