@@ -466,3 +466,44 @@ def test_reducescatter_grad(op):
         if not close(xi.grad, w):
             fails.append(f"grouped {i}: {xi.grad} vs {w}")
     assert_everywhere(fails)
+
+
+DUPLICATE_CALLS = {
+    "allreduce": (lambda t, nm: hvd.allreduce_async(t, name=nm), lambda t, nm: hvd.allreduce(t, name=nm)),
+    "allreduce_": (lambda t, nm: hvd.allreduce_async_(t, name=nm),
+                   lambda t, nm: hvd.allreduce_(t, name=nm)),
+    "grouped_allreduce": (lambda t, nm: hvd.grouped_allreduce_async([t, t.clone()], name=nm),
+                          lambda t, nm: hvd.grouped_allreduce([t, t.clone()], name=nm)),
+    "allgather": (lambda t, nm: hvd.allgather_async(t, name=nm), lambda t, nm: hvd.allgather(t, name=nm)),
+    "broadcast": (lambda t, nm: hvd.broadcast_async(t, 0, name=nm),
+                  lambda t, nm: hvd.broadcast(t, 0, name=nm)),
+    "alltoall": (lambda t, nm: hvd.alltoall_async(t, name=nm), lambda t, nm: hvd.alltoall(t, name=nm)),
+    "reducescatter": (lambda t, nm: hvd.reducescatter_async(t, name=nm),
+                      lambda t, nm: hvd.reducescatter(t, name=nm)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DUPLICATE_CALLS))
+def test_duplicate_names_with_the_peer_in_a_barrier(kind):
+    """Horovod's pattern (its test_horovod_*_duplicate_name_error): rank 0 submits a name,
+    drops the handle and submits it again while the others wait in a barrier: a ValueError at
+    once, not a wait for a peer that waits for rank 0. Then the others submit it and the
+    dropped request completes."""
+    start, run = DUPLICATE_CALLS[kind]
+    name = f"duplicate_name.torch.{kind}"
+    fails = []
+    hvd.barrier()
+    if RANK == 0:
+        start(torch.ones(2 * N, 3), name)
+        try:
+            for _ in range(10):
+                start(torch.ones(2 * N, 3), name)
+            fails.append(f"{kind}: a second {name!r} was not refused")
+        except ValueError as e:
+            if name not in str(e) or "in flight" not in str(e):
+                fails.append(f"{kind}: {type(e).__name__}: {e}")
+    hvd.barrier()
+    if RANK != 0:
+        run(torch.ones(2 * N, 3), name)
+    hvd.barrier()
+    assert_everywhere(fails)
