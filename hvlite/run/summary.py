@@ -8,6 +8,7 @@ came first: its first error line's time, else its end time.
 """
 import json
 import os
+import re
 
 WIDTH = 72
 
@@ -42,13 +43,33 @@ def _when(rec):
     return min(times) if times else None
 
 
+# hvlite's errors that are a consequence of another rank's trouble, naming that rank
+_BLAMES = re.compile(r"shutdown\(\) on rank (\d+)|\brank (\d+) (?:is lost|failed)")
+
+
 def root_cause(records):
     """The failed rank whose trouble came first (a rank killed after printing an error counts
-    too, by that error's time), or None."""
+    too, by that error's time), or None. A rank whose error names another failed rank as its
+    cause (ShutdownError "shutdown() on rank 1", "rank 1 is lost", "rank 1 failed") hands the
+    blame on to it: the times are when each rank's supervisor read the line, and on a busy
+    machine the culprit's traceback may be read after the error it caused."""
     candidates = [r for r in records if failed(r) or
                   (r.get("state") == "running" and r.get("error_time") is not None)]
     candidates = [r for r in candidates if _when(r) is not None]
-    return min(candidates, key=_when) if candidates else None
+    if not candidates:
+        return None
+    first = root = min(candidates, key=_when)
+    by_rank = {r.get("rank"): r for r in candidates if r.get("rank") is not None}
+    seen = {root.get("rank")}
+    while True:
+        m = _BLAMES.search(root.get("first_error") or "")
+        blamed = int(m.group(1) or m.group(2)) if m else None
+        if blamed is None or blamed not in by_rank:
+            return root
+        if blamed in seen:          # the ranks blame each other round a circle: time decides
+            return first
+        seen.add(blamed)
+        root = by_rank[blamed]
 
 
 def job_failed(records, returncode):

@@ -256,6 +256,26 @@ def test_summary_root_cause_by_first_error_time():
         "rank 2 on h" in text
 
 
+def test_summary_blames_the_rank_an_error_names():
+    """The supervisors read lines when they are scheduled: on a busy machine the ShutdownError
+    that rank 1's exit caused on rank 0 can be read before rank 1's own traceback. An error
+    naming its cause hands the blame on (and never round in a circle)."""
+    records = [_rec(0, code=1, t=10.0, end=10.5, err="hvlite.errors.ShutdownError: hvlite was "
+                    "shut down (shutdown() on rank 1) before this collective completed"),
+               _rec(1, code=1, t=10.2, end=10.5, err="RuntimeError: rank 1 fails on purpose"),
+               _rec(2, code=1, t=10.1, end=10.5, err="hvlite.errors.LostRankError: rank 1 is "
+                    "lost: it has not answered for 5 s")]
+    assert summary.root_cause(records)["rank"] == 1
+    records[1] = _rec(1, code=1, t=10.2, end=10.5, err="RankFailedError: rank 2 failed while "
+                      "this rank waited in allreduce 'x'")
+    records[2] = _rec(2, code=1, t=10.3, end=10.5, err="ShutdownError: hvlite was shut down "
+                      "(shutdown() on rank 0) before this collective completed")
+    assert summary.root_cause(records)["rank"] == 0       # 0 -> 1 -> 2 -> 0: stop where it began
+    records[0] = _rec(0, code=1, t=10.0, end=10.5, err="ShutdownError: hvlite was shut down "
+                      "(shutdown() on rank 7) before this collective completed")
+    assert summary.root_cause(records)["rank"] == 0       # rank 7 has no failed record
+
+
 def test_summary_only_for_failed_jobs(tmp_path):
     ok = [_rec(0, code=0, end=1.0), _rec(1, code=0, end=1.0)]
     assert summary.format_summary(ok, 0) is None
