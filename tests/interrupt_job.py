@@ -1,7 +1,8 @@
 """A blocked call stays interruptible (tests/test_runtime.py): rank 0 waits in an all-reduce that
-rank 1 submits only 3 s later. A SIGUSR1 handler runs within the wait (not when it ends), and
-SIGINT raises KeyboardInterrupt in the caller at once; rank 0 then leaves, and rank 1's call
-fails with an error naming it instead of waiting for it."""
+rank 1 submits only once rank 0 has left it (argv[1]: a file rank 0 writes then). So the wait
+can end only through the signals: a SIGUSR1 handler runs within it, and SIGINT raises
+KeyboardInterrupt in the caller (without them the launch hangs until its timeout). Rank 0 then
+leaves, and rank 1's call fails with an error naming it instead of waiting for it."""
 import os
 import signal
 import sys
@@ -27,9 +28,12 @@ if rank == 0:
     except KeyboardInterrupt:
         print(f"rank 0: handler after {ran[0] - t0:.2f} s, KeyboardInterrupt after "
               f"{time.monotonic() - t0:.2f} s", flush=True)
+    open(sys.argv[1], "w").close()
     sys.exit(3)
 else:
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     try:
         hvd.allreduce(np.ones(4), name="slow")
         print(f"rank {rank}: the call returned", flush=True)

@@ -206,7 +206,8 @@ cdef void _send(Watch* w, int peer, int tag, MPI_Request* req, int64_t* buf) noe
 cdef void _failed_peer(Watch* w, MPI_Status* st) noexcept nogil:
     """A FAILED message: the peer's reason, and the peer taken as lost."""
     cdef int count = 0
-    cdef char* into = w.fail_text if w.failed < 0 else w.fail_out
+    cdef char spare[FAIL_TEXT]                  # a second notice: read, not kept
+    cdef char* into = w.fail_text if w.failed < 0 else spare
     MPI_Get_count(st, MPI_CHAR, &count)
     if count < 0 or count > FAIL_TEXT:     # not this protocol's: read it, keep nothing
         count = 0
