@@ -13,7 +13,8 @@ MPICC  ?=
 NP     ?= 2
 MPIEXEC ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,$(VENV)/bin/mpiexec)
 STAMP  := $(VENV)/.hvlite-installed
-SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h) setup.py pyproject.toml
+SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h hvlite/_core/*/*.pyx \
+             hvlite/_core/*/*.pxd hvlite/_core/*/*.h) setup.py pyproject.toml
 
 .PHONY: install test test-asan fuzz demo bench clean
 
@@ -93,4 +94,5 @@ bench: install
 	$(MPIEXEC) -n $(NP) $(PY) scripts/bench_allreduce.py --csv bench_allreduce.csv --png bench_allreduce.png
 
 clean:
-	rm -rf build *.egg-info hvlite/_core/*.c hvlite/_core/*.so $(VENV)
+	rm -rf build *.egg-info $(VENV)
+	find hvlite/_core \( -name "*.c" -o -name "*.cpp" -o -name "*.so" \) -delete

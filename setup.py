@@ -37,10 +37,15 @@ os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx"
 ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
-MODULES = ["codes", "dtypes", "reduce", "liveness", "p2p", "agree", "ring", "rhd", "rd", "tree", "hierarchical", "shm", "arena", "shm_direct", "mpiref", "cost_model", "calibrate",
-           "adasum", "dispatch", "direct", "probe",
-           "ps"]   # parameter server transfers
-CXX_MODULES = ["shm_copy", "mpi_collectives", "cache", "wire", "describe", "stall", "controller", "transport", "fusion", "trace", "autotune", "pending", "coordinator"]   # C++: std containers, no GIL
+# Every .pyx under hvlite/_core is one extension, named by its path (hvlite/_core/shm/cma.pyx is
+# hvlite._core.shm.cma). These are C++ (std containers, no GIL); the rest are C.
+CXX_MODULES = {"shm.copy", "execute.mpi_collectives", "negotiation.cache", "negotiation.wire",
+               "negotiation.describe", "negotiation.stall", "negotiation.controller",
+               "negotiation.exchange", "execute.fusion", "trace", "tuning.autotune", "pending",
+               "coordinator"}
+CORE = os.path.join("hvlite", "_core")
+MODULES = sorted(os.path.relpath(os.path.join(d, f), CORE)[:-4].replace(os.sep, ".")
+                 for d, _, files in os.walk(CORE) for f in files if f.endswith(".pyx"))
 # HVLITE_SANITIZE=1 (make test-asan): AddressSanitizer and UBSan in every extension, frame
 # pointers kept for readable reports; Python itself is not instrumented (libasan is preloaded).
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"] \
@@ -48,16 +53,16 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-san
 ext = [
     Extension(
         f"hvlite._core.{m}",
-        [f"hvlite/_core/{m}.pyx"],
+        [os.path.join(CORE, *m.split(".")) + ".pyx"],
         include_dirs=[mpi4py.get_include(), numpy.get_include(), "hvlite/_core"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O1" if SANITIZE else "-O3", "-fwrapv", "-fno-strict-aliasing",
                             "-Wno-unused-function"] + SANITIZE,
         extra_link_args=SANITIZE,
         language="c++" if m in CXX_MODULES else "c",
-        libraries=["rt"] if m == "shm" else [],     # shm_open lives in librt before glibc 2.34
+        libraries=["rt"] if m == "shm.segment" else [],     # shm_open lives in librt before glibc 2.34
     )
-    for m in MODULES + CXX_MODULES
+    for m in MODULES
 ]
 
 setup(

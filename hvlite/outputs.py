@@ -10,7 +10,7 @@ on: names used once, such as one per step, never hold memory here), and only the
 names (automatic names are recycled for other calls). Small arrays come from the heap without
 page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
 The arrays it keeps come from `allocate(nbytes)` when given (the node's shared output arena,
-_core/arena.pyx: the peers write results into them without the kernel), else from NumPy.
+_core/shm/arena.pyx: the peers write results into them without the kernel), else from NumPy.
 """
 import sys
 from collections import OrderedDict

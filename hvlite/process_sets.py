@@ -326,7 +326,7 @@ class Registry:
 
 
 def _arena_take():
-    from hvlite._core.arena import shared
+    from hvlite._core.shm.arena import shared
     return shared().take
 
 

@@ -49,7 +49,7 @@ class Runtime:
     def __init__(self, comm, settings):
         self.settings = settings
         MPI = self.MPI = _mpi(settings.mpi_thread_level)
-        from hvlite._core.direct import Engine
+        from hvlite._core.engine import Engine
 
         base = MPI.COMM_WORLD if comm is None else comm
         self.base = base            # the user's communicator, for init()'s repeat check
@@ -146,7 +146,7 @@ def measure_cost_model(comm, local, cross, defaults):
     Every rank ends with the same figures (the slowest pair's), so "auto" chooses alike."""
     import numpy as np
     from mpi4py import MPI
-    from hvlite._core.probe import pingpong, reduce_seconds_per_byte, copy_seconds_per_byte
+    from hvlite._core.tuning.probes import pingpong, reduce_seconds_per_byte, copy_seconds_per_byte
 
     def pair(c):
         r, n = c.Get_rank(), c.Get_size()
@@ -174,7 +174,7 @@ def measure_cost_model(comm, local, cross, defaults):
 
 
 def log_cost_model(model, n, nodes, local_size, uniform, shm=False, calibrate=True):
-    from hvlite._core.cost_model import crossovers
+    from hvlite._core.tuning.cost_model import crossovers
     m = model
     print(f"hvlite: cost model: within a node alpha {m['alpha_intra'] * 1e6:.2f} us, "
           f"{1 / m['beta_intra'] / 1e9:.2f} GB/s; across nodes alpha {m['alpha_inter'] * 1e6:.2f} us, "
@@ -197,7 +197,7 @@ def build_identity():
     """hvlite's version and a hash of the core's module names: ranks running different builds
     would misread each other's messages, so init() compares this too."""
     import hvlite._core as core
-    names = sorted(m.name for m in pkgutil.iter_modules(core.__path__))
+    names = sorted(m.name for m in pkgutil.walk_packages(core.__path__, onerror=lambda _: None))
     return f"{_config.VERSION}+{hashlib.sha1(' '.join(names).encode()).hexdigest()[:12]}"
 
 

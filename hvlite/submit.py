@@ -14,7 +14,7 @@ from hvlite.config import ALGORITHMS
 from hvlite._core import codes as _codes
 from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
-from hvlite._core.cost_model import ALGORITHMS as CODES
+from hvlite._core.tuning.cost_model import ALGORITHMS as CODES
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.work import Work
 from hvlite.ops import Adasum, Average, Max, Min, Product, Sum, as_op

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.cost_model import ALGORITHMS, NAMES
+from hvlite._core.tuning.cost_model import ALGORITHMS, NAMES
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 PUBLIC = ("named", "unnamed", "out_of_place", "async")
@@ -75,7 +75,7 @@ def measure(rt, fns, budget_s, max_reps):
     for c in cols:          # warm-up: page in, fill the response cache, settle MPI's buffers
         once(c)
         once(c)
-    # auto tries its candidates on a size's first calls (calibrate.pyx): time it once settled
+    # auto tries its candidates on a size's first calls (tuning/calibrate.pyx): time it once settled
     for _ in range(16):
         for c in AUTO_COLUMNS:
             if c in fns:

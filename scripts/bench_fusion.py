@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.cost_model import ALGORITHMS
+from hvlite._core.tuning.cost_model import ALGORITHMS
 
 SMALL, LARGE = (200, 4096), (20, 262144)      # (count, float32 elements)
 

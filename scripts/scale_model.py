@@ -1,6 +1,6 @@
 """The cost model past this machine: the pieces behind scripts/simulate_scale.py.
 
-Every all-reduce time here is `hvlite._core.cost_model.predict_seconds`, the same model that
+Every all-reduce time here is `hvlite._core.tuning.cost_model.predict_seconds`, the same model that
 algorithm="auto" chooses with, so the simulator and auto cannot drift apart. This module adds
 what the model leaves out: figures per level (a node's link, the memory inside a node), the
 emulated measurements to check against, a training step around the all-reduce (overlap with the
@@ -13,7 +13,7 @@ import dataclasses
 import math
 import pathlib
 
-from hvlite._core.cost_model import choose_name, model_from, predict_seconds
+from hvlite._core.tuning.cost_model import choose_name, model_from, predict_seconds
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MEASURED_CSV = ROOT / "docs" / "bench_multihost.csv"
@@ -26,7 +26,7 @@ ALGORITHMS = ("ring", "rhd", "rd", "tree", "hierarchical", "shm")
 LABELS = {"shm": "shm-hierarchical"}
 
 # Measured on the 2-core machine the emulated runs used (nice'd, other jobs running):
-# hvlite._core.probe.reduce_seconds_per_byte() 11 GB/s, copy_seconds_per_byte() 8.1 GB/s,
+# hvlite._core.tuning.probes.reduce_seconds_per_byte() 11 GB/s, copy_seconds_per_byte() 8.1 GB/s,
 # a ping-pong between two ranks of one emulated host (MPICH's shared memory) 1.5 us and
 # 6 GB/s, NumPy's float32 -> float16 -> float32 round trip 0.56 GB/s of float32 and its
 # argpartition for a 1% top-k 0.72 GB/s. `simulate_scale.py --measure` measures the first two

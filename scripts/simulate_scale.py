@@ -6,7 +6,7 @@
 Default: a 100 MB float32 gradient, 8 ranks per node, 25 Gbit/s between nodes; for each count of
 ranks, the all-reduce time of every algorithm, then a training step (compute 250 ms, the backward
 pass 2/3 of it) with and without overlap and compression, and the share of the step that
-aggregation leaves exposed. Every all-reduce time is hvlite._core.cost_model's prediction, the
+aggregation leaves exposed. Every all-reduce time is hvlite._core.tuning.cost_model's prediction, the
 model behind algorithm="auto" (see scripts/scale_model.py for what is added around it).
 
 --check: the model against every configuration measured on the emulated cluster
@@ -252,7 +252,7 @@ def plot(path, args, allreduce, best, names):
 def measure(args):
     """γ and β_mem measured here, replacing the defaults."""
     print("# measuring the reduction and copy rates ...", file=sys.stderr, flush=True)
-    from hvlite._core.probe import copy_seconds_per_byte, reduce_seconds_per_byte
+    from hvlite._core.tuning.probes import copy_seconds_per_byte, reduce_seconds_per_byte
     args.gamma_gbps = 1 / min(reduce_seconds_per_byte() for _ in range(3)) / 1e9
     args.mem_gbps = 1 / min(copy_seconds_per_byte() for _ in range(3)) / 1e9
     print(f"# reduce {args.gamma_gbps:.2f} GB/s, copy {args.mem_gbps:.2f} GB/s", file=sys.stderr)

@@ -96,7 +96,7 @@ def test_bad_op_and_algorithm_named():
 
 def test_mpi_errors_carry_mpi_message():
     hvd.init()
-    from hvlite._core.direct import error_string, raise_for_code
+    from hvlite._core.engine import error_string, raise_for_code
     for cls in (MPI.ERR_TRUNCATE, MPI.ERR_RANK, MPI.ERR_COMM):
         want = MPI.Get_error_string(cls)
         assert error_string(cls) == want

@@ -5,7 +5,7 @@ import sys
 
 
 def test_core_extension_imports_without_mpi4py_first():
-    code = ("import sys, hvlite._core.p2p as p; "
+    code = ("import sys, hvlite._core.algorithms.p2p as p; "
             "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py.MPI was imported'; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr

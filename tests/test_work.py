@@ -76,7 +76,8 @@ def test_chains_and_maps_run_their_function_once():
 
 def test_code_tables_are_declared_once():
     from hvlite import config, ops, submit
-    from hvlite._core import codes, dtypes, cost_model
+    from hvlite._core import codes, dtypes
+    from hvlite._core.tuning import cost_model
     assert [m.name for m in ops.ReduceOp] == list(codes.OPS)
     assert [submit._KIND[i] for i in range(len(codes.COLLECTIVES))] == list(codes.COLLECTIVES)
     assert set(config.ALGORITHMS) == set(codes.ALGORITHMS) == set(cost_model.ALGORITHMS)

@@ -22,7 +22,7 @@
     X(DT_UINT32, "uint32", 4) X(DT_INT64, "int64", 8) X(DT_UINT64, "uint64", 8)
 
 /* Average never reaches a kernel: it is a Sum followed by a division. Adasum has its own
- * algorithm (adasum.pyx). */
+ * algorithm (algorithms/adasum.pyx). */
 #define HV_OPS(X) \
     X(OP_SUM, "Sum") X(OP_AVERAGE, "Average") X(OP_MIN, "Min") X(OP_MAX, "Max") \
     X(OP_PRODUCT, "Product") X(OP_ADASUM, "Adasum")

@@ -9,12 +9,12 @@ variable until work is submitted, waking every few ms up to 50 ms to answer live
 idle processes use no measurable CPU; a peer that waits in a round pings it, and it joins that
 round: see liveness.pyx):
   1. drain the queue; each request is a cache hit (its slot's bit) or a miss (to send rank 0);
-  2. one all-reduce (BAND) of [ready bits | still-valid bits | flags] (transport.pyx);
-  3. if a rank has cache misses, is stopping, or reports a stall (stall.pyx): a gather of the
-     misses to rank 0, whose controller (controller.pyx) answers for all in one broadcast;
-     the bytes both ways are wire.pyx's;
+  2. one all-reduce (BAND) of [ready bits | still-valid bits | flags] (negotiation/exchange.pyx);
+  3. if a rank has cache misses, is stopping, or reports a stall (negotiation/stall.pyx): a gather of the
+     misses to rank 0, whose controller (negotiation/controller.pyx) answers for all in one broadcast;
+     the bytes both ways are negotiation/wire.pyx's;
   4. run the ready list -- cached slots in slot order, then rank 0's answers -- the same on
-     every rank: all-reduces fused (fusion.pyx), the rest through mpi_collectives.pyx;
+     every rank: all-reduces fused (execute/fusion.pyx), the rest through execute/mpi_collectives.pyx;
   5. complete handles.
 While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
 meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
@@ -36,22 +36,23 @@ from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.dispatch cimport Context, context_init, context_free, calibration_table
-from hvlite._core.calibrate cimport Calibration
-from hvlite._core.cache cimport *
-from hvlite._core.wire cimport *
-from hvlite._core.table cimport Table
-from hvlite._core.controller cimport table_init, controller_respond
-from hvlite._core.stall cimport Stall, stall_init, stall_due
-from hvlite._core.transport cimport transport_gather, transport_bcast
-from hvlite._core.agree cimport Ride, agree
-from hvlite._core.shm cimport shm_and_words, shm_beats
-from hvlite._core.reduce cimport finish_op, kernel_op
-from hvlite._core.describe cimport append_int, append_name, int_to_str, code_name
-from hvlite._core.fusion cimport Item, FusionBuffer, fusion_free, run_allreduces, item_count
-from hvlite._core.mpi_collectives cimport *
+from hvlite._core.execute.context cimport Context
+from hvlite._core.execute.dispatch cimport context_init, context_free, calibration_table
+from hvlite._core.tuning.calibrate cimport Calibration
+from hvlite._core.negotiation.cache cimport *
+from hvlite._core.negotiation.wire cimport *
+from hvlite._core.negotiation.table cimport Table
+from hvlite._core.negotiation.controller cimport table_init, controller_respond
+from hvlite._core.negotiation.stall cimport Stall, stall_init, stall_due
+from hvlite._core.negotiation.exchange cimport transport_gather, transport_bcast
+from hvlite._core.negotiation.agree cimport Ride, agree
+from hvlite._core.shm.segment cimport shm_and_words, shm_beats
+from hvlite._core.kernels.reduce cimport finish_op, kernel_op
+from hvlite._core.negotiation.describe cimport append_int, append_name, int_to_str, code_name
+from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduces, item_count
+from hvlite._core.execute.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
-from hvlite._core.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
+from hvlite._core.tuning.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
 from hvlite._core.pending cimport Pending, make_pending
 from hvlite._core.codes cimport error_text
 from cpython.ref cimport Py_REFCNT
@@ -136,7 +137,7 @@ cdef class Coordinator:
     cdef double cycle_time
     # statistics
     cdef readonly int64_t rounds, slow_rounds
-    cdef readonly int64_t ridden      # all-reduces done inside the agreement (agree.pyx)
+    cdef readonly int64_t ridden      # all-reduces done inside the agreement (negotiation/agree.pyx)
     cdef readonly double negotiate_seconds
     cdef readonly double own_seconds      # negotiation minus time spent inside MPI
     cdef Recorder rec
@@ -144,7 +145,7 @@ cdef class Coordinator:
     cdef Watch watch
     cdef bint stopped_together    # the last round stopped every rank (stop or fatal stall)
     cdef vector[int] granks       # the set's global ranks, for messages
-    # small all-reduces ride in the round's agreement message (agree.pyx): [bits | region]
+    # small all-reduces ride in the round's agreement message (negotiation/agree.pyx): [bits | region]
     cdef size_t ride_bytes          # the region's budget (0: none ride)
     cdef vector[Ride] rides         # the layout, from the cache (the same on every rank)
     cdef vector[int] ride_at        # by slot: its ride, or -1
@@ -397,7 +398,7 @@ cdef class Coordinator:
             self._drive(p.req, hv_now() + seconds)
 
     def outputs_shared(self):
-        """Whether this set's peers map this process's output arena (_core/arena.pyx), so its
+        """Whether this set's peers map this process's output arena (_core/shm/arena.pyx), so its
         out-of-place results should come from there."""
         return self.ctx.outs != NULL
 

@@ -43,3 +43,17 @@ cdef cppclass Request:
     # negotiation state (coordinator thread only)
     int slot                    # response-cache slot, or -1
     bint sent                   # already told rank 0 (cache misses)
+
+# One tensor that is ready on every rank this round. req is NULL on a rank that has joined.
+cdef cppclass Item:
+    string name
+    Meta meta
+    Request* req
+    int64_t value
+    int err
+    string late          # ranks that submitted last (rank 0 knows it for cache misses)
+    int fused            # tensors in this item's batch
+    double ready, start, packed, ran, unpacked   # timeline: when each phase ended
+    int ride             # >= 0: reduced inside the round's agreement (negotiation/agree.pyx), the ride's index
+    bint hit             # from the response cache on every rank (so every rank's metadata, first
+                         # dimension included, equals the slot's)

@@ -206,7 +206,7 @@ def check_build():
 
     import hvlite
     from hvlite import config
-    from hvlite._core.cost_model import NAMES, crossovers
+    from hvlite._core.tuning.cost_model import NAMES, crossovers
     from hvlite.runtime import real_names
     s = config.load()
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",

@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import hvlite as hvd
-from hvlite._core import adasum as core_adasum
+from hvlite._core.algorithms import adasum as core_adasum
 from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,
                      assert_identical_everywhere, expect_raise_everywhere, same_bits)
 

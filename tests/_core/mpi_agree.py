@@ -1,5 +1,5 @@
 """Rank side: small cached all-reduces that ride in the negotiation round's agreement message
-(agree.pyx), at whatever N mpiexec gave.
+(negotiation/agree.pyx), at whatever N mpiexec gave.
 
 A named all-reduce left to auto is a cache miss the first time and rides from the second call
 on: every call must give NumPy's bits on every rank, for every dtype and op, in place and out

@@ -1,4 +1,4 @@
-"""Rank side: auto's measured picks (calibrate.pyx) -- each size class tries its candidates in
+"""Rank side: auto's measured picks (tuning/calibrate.pyx) -- each size class tries its candidates in
 turn on its first calls, then keeps the fastest, the same on every rank, per process set."""
 import json
 import os
@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import hvlite as hvd
-from hvlite._core.cost_model import choose_name
+from hvlite._core.tuning.cost_model import choose_name
 from helpers import assert_everywhere
 
 hvd.init(process_sets=[[0, 1]] if MPI.COMM_WORLD.Get_size() > 2 else None)
@@ -29,7 +29,7 @@ def ran(nbytes, name):
     algo = h._pending.algorithm_used
     hvd.synchronize(h)
     assert np.all(x == N * (N + 1) / 2), (nbytes, x[:4])
-    from hvlite._core.cost_model import NAMES
+    from hvlite._core.tuning.cost_model import NAMES
     return NAMES[algo]
 
 

@@ -9,7 +9,7 @@ import socket
 import sys
 
 import hvlite as hvd
-from hvlite._core import shm
+from hvlite._core.shm import segment as shm
 
 if int(os.environ.get("PMI_RANK", "0")) == 0:
     secrets.token_hex = lambda n=None: "f" * 16

@@ -9,7 +9,7 @@ FLOATS = [np.dtype(d) for d in ("float16", "float32", "float64")] + ([BF16] if B
 
 
 def _pair(a, b):
-    from hvlite._core import adasum
+    from hvlite._core.algorithms import adasum
     return adasum.pair(a, b)
 
 

@@ -1,4 +1,4 @@
-"""Small all-reduces riding in the negotiation round's agreement (agree.pyx), at N = 1..8
+"""Small all-reduces riding in the negotiation round's agreement (negotiation/agree.pyx), at N = 1..8
 (oversubscribed on 2 cores), on pretend nodes of one rank each (on one node with the shared
 segment nothing rides: the segment is cheaper there), and switched off."""
 import pytest

@@ -82,7 +82,7 @@ def test_shm_segment_names():
     """Unique per call and per host (host names sharing /dev/shm), still led by the pid that
     the launcher's clean-up and the tests look for, and a valid single-component name."""
     import os
-    from hvlite._core import shm
+    from hvlite._core.shm import segment as shm
     a, b = shm.segment_name(123).decode(), shm.segment_name(123).decode()
     assert a != b and a.startswith("/hvlite-123-") and b.startswith("/hvlite-123-")
     host = "".join(c if c.isalnum() or c in "._" else "_" for c in os.uname().nodename)[:64]

@@ -1,11 +1,11 @@
-"""The shared output arena (_core/arena.pyx): page blocks reused by size, a mapping of it by
+"""The shared output arena (_core/shm/arena.pyx): page blocks reused by size, a mapping of it by
 another process's path to its memfd sees the same bytes, and a full arena says so."""
 import os
 
 import numpy as np
 import pytest
 
-from hvlite._core import arena
+from hvlite._core.shm import arena
 
 A = arena.shared()
 pytestmark = pytest.mark.skipif(A is None, reason="no memfd on this kernel")

@@ -1,4 +1,4 @@
-"""auto's measured picks under mpiexec (calibrate.pyx): at 1..4 ranks, turned off, and what
+"""auto's measured picks under mpiexec (tuning/calibrate.pyx): at 1..4 ranks, turned off, and what
 HVLITE_LOG_LEVEL=debug prints."""
 import json
 

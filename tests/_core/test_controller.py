@@ -2,8 +2,9 @@
 their submissions, the controller answers, and the response is decoded as every rank would."""
 import pytest
 
-from hvlite._core import codes, wire
-from hvlite._core.controller import Controller
+from hvlite._core import codes
+from hvlite._core.negotiation import wire
+from hvlite._core.negotiation.controller import Controller
 
 SUBMIT, PROBE = 0, 1
 OK, ERROR = 0, 1

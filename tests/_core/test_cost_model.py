@@ -1,7 +1,7 @@
 """The cost model behind algorithm="auto": the formulas, and the choices they imply."""
 import pytest
 
-from hvlite._core.cost_model import choose_name, model_from, predict_seconds
+from hvlite._core.tuning.cost_model import choose_name, model_from, predict_seconds
 
 SHM = model_from(alpha_intra=2e-6, beta_intra=1 / 4e9, alpha_inter=20e-6, beta_inter=1 / 1.2e9,
                  gamma=1 / 6e9)

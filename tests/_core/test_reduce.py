@@ -6,7 +6,7 @@ import pytest
 
 import minmax_rule
 from hvlite._core.dtypes import NAMES, code_of, size_of, supported_names
-from hvlite._core.reduce import divide_array, reduce_arrays
+from hvlite._core.kernels.reduce import divide_array, reduce_arrays
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)

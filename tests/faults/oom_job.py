@@ -43,7 +43,7 @@ try:
             cap(8 << 20)
             # and, since a round's batch is only what every rank had submitted when it began
             # (one round may take 3 calls on a busy machine), any fused batch fails
-            from hvlite._core.fusion import _test_alloc_limit
+            from hvlite._core.execute.fusion import _test_alloc_limit
             _test_alloc_limit(64 << 10)
         hs = [hvd.allreduce_async_(x, op=hvd.Sum, algorithm="ring", name=f"g.{i}")
               for i, x in enumerate(xs)]

@@ -1,0 +1,26 @@
+"""The execution context: one set's communicators and everything its all-reduces share,
+as plain C data for code that runs without the GIL (filled by dispatch.context_init)."""
+from mpi4py.libmpi cimport MPI_Comm
+from hvlite._core.algorithms.algorithm cimport Scratch
+from hvlite._core.tuning.cost_model cimport CostModel
+from hvlite._core.shm.segment cimport ShmArea
+from hvlite._core.shm.cma cimport OutMap
+from hvlite._core.tuning.calibrate cimport Calibration
+
+# Everything an all-reduce needs, for code that runs without the GIL.
+cdef struct Context:
+    MPI_Comm comm
+    MPI_Comm local
+    MPI_Comm cross
+    int rank
+    int size
+    int local_size
+    int nodes
+    bint uniform
+    Scratch scratch
+    CostModel model
+    ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
+    bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
+    bint direct_ok       # one node whose ranks read each other's buffers (shm/cma.pyx)
+    OutMap* outs         # then per node rank its output arena mapped here (shm/arena.pyx), or NULL
+    Calibration cal      # auto's measured picks per size class (tuning/calibrate.pyx)

@@ -1,0 +1,39 @@
+from mpi4py.libmpi cimport MPI_Comm
+from hvlite._core.execute.context cimport Context
+from hvlite._core.algorithms.algorithm cimport Scratch
+from hvlite._core.tuning.cost_model cimport CostModel
+from hvlite._core.shm.segment cimport ShmArea, ShmPiece
+from hvlite._core.shm.cma cimport OutMap
+from hvlite._core.tuning.calibrate cimport Calibration
+
+# auto becomes the algorithm to run: the size class's pick, or while its trials run the next
+# candidate in turn (tuning/calibrate.pyx). Every rank resolves the same calls in the same order, and
+# after each call it resolved calls resolved_done (a collective while a trial is under way).
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=*) noexcept nogil
+cdef int resolved_done(Context* c) noexcept nogil
+# auto's choice without measuring: the class's pick if measured, else the cost model's.
+cdef int auto_choice(Context* c, size_t nbytes, bint apart=*) noexcept nogil
+# What calibration measured, for Python (with the GIL).
+cdef dict calibration_table(const Calibration* cal, bint apart=*)
+# In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count);
+# Adasum goes to run_adasum as one tensor, whatever `algo` says.
+cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
+                       long divisor) noexcept nogil
+# Out of place: input's all-reduce into buf (ring and rhd read input as they go; the others
+# after a copy of input into buf). input == buf: run_allreduce.
+cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t count, int dtype,
+                            int op, int algo, long divisor) noexcept nogil
+# Adasum, in place: `ntensors` tensors of counts[t] elements end to end, each with its own dot
+# products (the algorithm is always algorithms/adasum.pyx's).
+cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,
+                    int dtype) noexcept nogil
+# Whether fused batches of `algorithm` go through the shared segment, and running one: each
+# piece's input reduced into its output, Average divided as above.
+cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
+cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
+                              int dtype, int op, long divisor) noexcept nogil
+# options: (shm enabled, segment bytes, redundant-reduce limit, probe, calibrate: 0 off, 1 on,
+# 2 on and rank 0 prints what it measured)
+cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
+                      int nodes, size_t segment_bytes, dict model, tuple options) except -1
+cdef void context_free(Context* c) noexcept nogil

@@ -1,0 +1,280 @@
+"""Algorithm dispatch on a Context: picks the algorithm ("auto": the cost model proposes, the
+job's first calls of each size class decide, tuning/calibrate.pyx) and runs it."""
+from libc.stdlib cimport free, calloc
+from libc.stdint cimport uint64_t
+from posix.mman cimport munmap
+from libc.string cimport memcpy
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.kernels.reduce cimport kernel_op, finish_op
+from hvlite._core.algorithms.algorithm cimport allreduce_fn
+from hvlite._core.codes cimport HV_ERR_SHM
+from hvlite._core.tuning.cost_model cimport *
+from hvlite._core.tuning.cost_model import complete
+from hvlite._core.codes cimport *
+from hvlite._core.algorithms.ring cimport ring_allreduce, ring_allreduce_from
+from hvlite._core.algorithms.rhd cimport rhd_allreduce, rhd_allreduce_from
+from hvlite._core.algorithms.rd cimport rd_allreduce
+from hvlite._core.algorithms.tree cimport tree_allreduce
+from hvlite._core.algorithms.hierarchical cimport hierarchical_allreduce
+from hvlite._core.algorithms.mpiref cimport mpi_allreduce
+from hvlite._core.algorithms.adasum cimport adasum_allreduce
+from hvlite._core.tuning.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS, CAL_LOW, CAL_MAX_CANDIDATES,
+                                     size_class, cal_begin, cal_next, cal_done)
+from hvlite._core.shm.segment cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
+                               shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
+from hvlite._core.shm.cma cimport shm_direct_allreduce, direct_probe, OutMap
+
+cdef extern from "stdlib.h" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef allreduce_fn _flat_fn(int algo) noexcept nogil:
+    if algo == ALG_RING:
+        return ring_allreduce
+    if algo == ALG_RHD:
+        return rhd_allreduce
+    if algo == ALG_RD:
+        return rd_allreduce
+    return tree_allreduce
+
+
+cdef allreduce_fn _cross_fn(Context* c, size_t nbytes) noexcept nogil:
+    """The algorithm among the nodes, chosen from what every rank that runs it shares: one
+    segment's slice when nodes are equal, else the segment the leaders reduce."""
+    if c.nodes <= 1:
+        return NULL
+    if nbytes > c.shm.seg:
+        nbytes = c.shm.seg
+    if c.uniform:
+        nbytes //= c.local_size
+    return _flat_fn(choose(<double>nbytes, c.nodes, 1, 1, True, False, &c.model))
+
+
+cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,
+                      int nodes, size_t segment_bytes, dict model, tuple options) except -1:
+    """options: see execute/dispatch.pxd. Collective over comm."""
+    cdef int i, a
+    c.outs = NULL
+    c.comm = (<MPI.Comm>comm).ob_mpi
+    c.local = (<MPI.Comm>local).ob_mpi
+    c.cross = (<MPI.Comm>cross).ob_mpi
+    c.rank, c.size = comm.Get_rank(), comm.Get_size()
+    c.local_size = local.Get_size()
+    c.uniform, c.nodes = uniform, nodes
+    c.model = complete(model)
+    c.scratch.seg_bytes = (segment_bytes + 63) // 64 * 64
+    c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
+    if c.scratch.buf == NULL:
+        raise MemoryError("hvlite: cannot allocate the scratch segments")
+    from mpi4py.MPI import MIN, MAX
+    enabled, seg, redundant_max, probe = options[:4]
+    calibrate = options[4] if len(options) > 4 else 0
+    direct = options[5] if len(options) > 5 else True
+    c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
+    for i in range(CAL_SLOTS):
+        c.cal.pick[i] = -1
+        c.cal.ncand[i] = 0
+        c.cal.trials[i] = 0
+        for a in range(ALG_COUNT):
+            c.cal.seconds[i][a] = 0
+    c.cal.armed = 0
+    if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
+        redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
+    shm_open_area(&c.shm, local, seg, redundant_max, enabled)
+    # Slices must line up across nodes: one segment size and one verdict for the whole job.
+    mine = c.shm.seg if c.shm.base != NULL else (1 << 62 if c.shm.L == 1 and enabled else 0)
+    agreed = comm.allreduce(mine, op=MIN)
+    c.shm_ok = agreed > 0
+    c.direct_ok = False
+    if c.shm_ok:
+        c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
+        if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
+            c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MAX)
+        if direct and nodes == 1 and c.shm.base != NULL:   # one node: the set is the node
+            c.direct_ok = comm.allreduce(direct_probe(&c.shm), op=MIN) == 1
+    elif c.shm.base != NULL:
+        shm_close_area(&c.shm)
+        shm_set_why(&c.shm, "another node has no shared segment")
+    c.model.shm_direct = c.direct_ok
+    if c.direct_ok:
+        _map_outputs(c, local)
+    return 0
+
+
+cdef void _map_outputs(Context* c, local):
+    """Every node rank's output arena mapped here, so this rank writes its results into the
+    peers' out-of-place outputs itself (a rank without one, or one it cannot map, gets the
+    kernel's writes: nothing to agree on)."""
+    import os
+    from hvlite._core.shm.arena import shared, map_peer
+    cdef int r
+    a = shared()
+    everyone = local.allgather((os.getpid(), a.fd, a.address, a.cap) if a is not None else None)
+    c.outs = <OutMap*>calloc(c.local_size, sizeof(OutMap))
+    if c.outs == NULL:
+        return
+    for r, peer in enumerate(everyone):
+        if r != local.Get_rank() and peer is not None:
+            c.outs[r].map = <char*><uint64_t>map_peer(peer[0], peer[1], peer[3])
+            if c.outs[r].map != NULL:
+                c.outs[r].base, c.outs[r].cap = peer[2], peer[3]
+
+
+cdef void context_free(Context* c) noexcept nogil:
+    cdef int r
+    free(c.scratch.buf)
+    c.scratch.buf = NULL
+    if c.outs != NULL:
+        for r in range(c.local_size):
+            if c.outs[r].map != NULL:
+                munmap(c.outs[r].map, c.outs[r].cap)
+        free(c.outs)
+        c.outs = NULL
+    shm_close_area(&c.shm)
+
+
+cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil:
+    cdef int pick = c.cal.pick[size_class(nbytes, apart)] if c.cal.enabled else -1
+    if pick >= 0:
+        return pick
+    return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, c.shm_ok, &c.model)
+
+
+cdef dict calibration_table(const Calibration* cal, bint apart=False):
+    """{class size in bytes: {"pick", "at_bytes", "seconds": {algorithm: s}}} for measured
+    classes of calls in place (apart: of calls whose output is not their input)."""
+    from hvlite._core.codes import ALGORITHMS as names
+    out = {}
+    cdef int k
+    for j in range(CAL_CLASSES):
+        k = j + (CAL_CLASSES if apart else 0)
+        if cal.pick[k] < 0:
+            continue
+        out[1 << (j + CAL_LOW)] = {
+            "pick": names[cal.pick[k]], "at_bytes": int(cal.at_bytes[k]),
+            "seconds": {names[a]: cal.seconds[k][a] for a in range(ALG_COUNT)
+                        if cal.seconds[k][a] > 0}}
+    return out
+
+
+cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False) noexcept nogil:
+    cdef int cls, model, n = 0, a
+    cdef int cand[CAL_MAX_CANDIDATES]
+    cdef double pred[CAL_MAX_CANDIDATES]
+    cdef double best
+    if algo != ALG_AUTO:
+        return algo
+    model = auto_choice(c, nbytes, apart)
+    cls = size_class(nbytes, apart)
+    if not c.cal.enabled or c.size <= 1 or c.cal.pick[cls] >= 0:
+        return model
+    if c.cal.ncand[cls] == 0:
+        # The candidates: what the model may choose here and predicts within 2.5x of its best.
+        best = predict(model, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+        for a in range(ALG_COUNT):
+            if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
+                pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+                if a == model or pred[n] <= 2.5 * best:
+                    cand[n] = a
+                    n += 1
+        if n <= 1:
+            c.cal.pick[cls] = <signed char>model
+            return model
+        cal_begin(&c.cal, cls, nbytes, cand, pred, n)
+    return cal_next(&c.cal, cls)
+
+
+cdef int resolved_done(Context* c) noexcept nogil:
+    return cal_done(&c.cal, c.comm, &c.scratch)
+
+
+cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, int algo,
+                       long divisor) noexcept nogil:
+    cdef int kop = kernel_op(op)
+    cdef int err = 0
+    cdef double nbytes = <double>(count * dtype_size(dtype))
+    cdef ShmPiece piece
+    if count == 0:
+        return 0
+    if op == OP_ADASUM:
+        return run_adasum(c, buf, &count, 1, dtype)
+    if c.size > 1:
+        if algo == ALG_MPI:
+            err = mpi_allreduce(buf, count, dtype, kop, c.comm)
+        elif (algo == ALG_SHM or algo == ALG_HIERARCHICAL) and c.shm_ok:
+            # Within the node in shared memory; across nodes (if any) on each rank's slice.
+            err = 1
+            if c.direct_ok:         # one node whose ranks read each other's buffers
+                piece.input = piece.output = buf
+                piece.start = 0
+                piece.count = count
+                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm, c.outs)
+            if err == 1:
+                err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
+                                    _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
+        elif algo == ALG_SHM:
+            err = HV_ERR_SHM
+        elif algo == ALG_HIERARCHICAL:
+            # The cross-node algorithm must be the same on every rank that runs it, so it is
+            # chosen from values all ranks share: the slice size when nodes are equal (then
+            # local_size is the same everywhere), else the whole buffer the leaders reduce.
+            if c.uniform:
+                nbytes /= c.local_size
+            err = hierarchical_allreduce(
+                buf, count, dtype, kop, c.local, c.cross, c.uniform,
+                _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
+        else:
+            err = _flat_fn(algo)(buf, count, dtype, kop, c.comm, &c.scratch)
+    if err == 0:
+        finish_op(buf, count, dtype, op, divisor)
+    return err
+
+
+cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t count, int dtype,
+                            int op, int algo, long divisor) noexcept nogil:
+    cdef int err
+    cdef size_t es = dtype_size(dtype)
+    if input == buf or count == 0 or op == OP_ADASUM or c.size <= 1 or not (
+            algo == ALG_RING or algo == ALG_RHD):
+        if input != buf and count:
+            memcpy(buf, input, count * es)
+        return run_allreduce(c, buf, count, dtype, op, algo, divisor)
+    if algo == ALG_RING:
+        err = ring_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
+    else:
+        err = rhd_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
+    if err == 0:
+        finish_op(buf, count, dtype, op, divisor)
+    return err
+
+
+cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,
+                    int dtype) noexcept nogil:
+    """Adasum has one algorithm (algorithms/adasum.pyx), whatever `algorithm=` says: its dot products
+    need whole tensors, which only its vector-halving exchange keeps track of."""
+    return adasum_allreduce(buf, counts, ntensors, dtype, c.comm)
+
+
+cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil:
+    """Fused batches of this algorithm go through the node's shared segment piece by piece."""
+    return (c.nodes == 1 and c.shm_ok and c.shm.L > 1
+            and (algorithm == ALG_SHM or algorithm == ALG_AUTO))
+
+
+cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
+                              int dtype, int op, long divisor) noexcept nogil:
+    """Each piece's input reduced into its output through the shared segment (no packing):
+    straight from the peers' buffers where the node allows it, else through the slots."""
+    cdef int err = 1
+    if c.direct_ok:
+        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm, c.outs)
+    if err == 1:
+        err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+    cdef size_t k
+    if err == 0:
+        for k in range(npieces):
+            if pieces[k].output != NULL:
+                finish_op(pieces[k].output, pieces[k].count, dtype, op, divisor)
+    return err

@@ -1,0 +1,221 @@
+"""The collectives other than all-reduce, on MPI's own implementations (MPI does these well).
+
+Each runs as MPI's non-blocking call, waited on through liveness.wait_all. Sizes that differ by rank (allgather's first dimension, alltoall's splits) are exchanged first,
+so the coordinator allocates each result once, at its final size. Byte counts above INT_MAX are
+an error here (MPI's int counts).
+"""
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from libc.stdint cimport int64_t
+from libc.limits cimport INT_MAX
+from libcpp.vector cimport vector
+from mpi4py.libmpi cimport *
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.kernels.reduce cimport kernel_op, finish_op
+from hvlite._core.algorithms.mpiref cimport ensure_half_ops, mpi_type, mpi_op
+from hvlite._core.request cimport *
+from hvlite._core.codes cimport *
+from hvlite._core.request cimport Item
+from hvlite._core.execute.fusion cimport item_count
+from hvlite._core.liveness cimport wait_all
+from hvlite._core.shm.segment cimport ShmArea
+from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather
+
+
+cdef inline int _wait(int err, MPI_Request* req) noexcept nogil:
+    """The non-blocking call's result, polled through the liveness watch (a lost peer ends it)."""
+    return err if err else wait_all(1, req, False)
+
+
+
+cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
+                 vector[int]& displs) noexcept nogil:
+    cdef size_t i
+    cdef int64_t off = 0, b
+    counts.resize(rows.size())
+    displs.resize(rows.size())
+    for i in range(rows.size()):
+        b = rows[i] * <int64_t>row_bytes
+        if b > INT_MAX or off > INT_MAX:
+            return HV_ERR_COUNT
+        counts[i] = <int>b
+        displs[i] = <int>off
+        off += b
+    return 0
+
+
+cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
+                       char** result, int64_t* total_rows) noexcept nogil:
+    cdef vector[int64_t] all_rows
+    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows, False)
+
+
+cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
+                    char** result, int64_t* total_rows, vector[int64_t]& all_rows,
+                    bint same_rows) noexcept nogil:
+    """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace).
+    `same_rows`: every rank is known to hold as many rows as this one (a response-cache hit
+    everywhere), so the counts need no exchange."""
+    cdef int n = 0, err
+    cdef size_t i
+    MPI_Comm_size(comm, &n)
+    cdef vector[int] counts, displs
+    cdef MPI_Request req
+    all_rows.resize(n)
+    if same_rows:
+        for i in range(<size_t>n):
+            all_rows[i] = rows
+    else:
+        err = _wait(MPI_Iallgather(&rows, 1, MPI_INT64_T, all_rows.data(), 1, MPI_INT64_T, comm,
+                                   &req), &req)
+        if err:
+            return err
+    total_rows[0] = 0
+    for i in range(<size_t>n):
+        total_rows[0] += all_rows[i]
+    err = _counts(all_rows, row_bytes, counts, displs)
+    if err:
+        return err
+    result[0] = <char*>malloc(total_rows[0] * row_bytes + 1)
+    if result[0] == NULL:
+        return nomem(total_rows[0] * row_bytes + 1)
+    return _wait(MPI_Iallgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
+                                 counts.data(), displs.data(), MPI_BYTE, comm, &req), &req)
+
+
+cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexcept nogil:
+    cdef size_t off = 0, k
+    cdef int err
+    cdef MPI_Request req
+    while off < nbytes:
+        k = nbytes - off if nbytes - off < (1 << 30) else (1 << 30)
+        err = _wait(MPI_Ibcast(buf + off, <int>k, MPI_BYTE, root, comm, &req), &req)
+        if err:
+            return err
+        off += k
+    return 0
+
+
+cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& splits,
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+    cdef int n = 0, err
+    cdef size_t i
+    cdef int64_t total = 0
+    MPI_Comm_size(comm, &n)
+    cdef vector[int64_t] send = splits
+    cdef vector[int] scounts, sdispls, rcounts, rdispls
+    cdef MPI_Request req
+    recv_splits.resize(n)
+    err = _wait(MPI_Ialltoall(send.data(), 1, MPI_INT64_T, recv_splits.data(), 1, MPI_INT64_T, comm,
+                              &req), &req)
+    if err:
+        return err
+    for i in range(<size_t>n):
+        total += recv_splits[0][i]
+    err = _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls)
+    if err:
+        return err
+    result[0] = <char*>malloc(total * row_bytes + 1)
+    if result[0] == NULL:
+        return nomem(total * row_bytes + 1)
+    return _wait(MPI_Ialltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
+                                result[0], rcounts.data(), rdispls.data(), MPI_BYTE, comm, &req), &req)
+
+
+cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil:
+    """Rows rank `rank` receives: the first rows % size ranks get one extra (Horovod's split)."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64_t rows,
+                           size_t row_elems, int dtype, int op) noexcept nogil:
+    cdef int n = 0, r = 0, err, i
+    MPI_Comm_size(comm, &n)
+    MPI_Comm_rank(comm, &r)
+    cdef vector[int] counts
+    cdef int64_t c
+    cdef MPI_Request req
+    counts.resize(n)
+    for i in range(n):
+        c = reducescatter_rows(rows, n, i) * <int64_t>row_elems
+        if c > INT_MAX:
+            return HV_ERR_COUNT
+        counts[i] = <int>c
+    err = ensure_half_ops()
+    if err:
+        return err
+    err = _wait(MPI_Ireduce_scatter(<void*>input, output, counts.data(), mpi_type(dtype),
+                                    mpi_op(dtype, kernel_op(op)), comm, &req), &req)
+    if err == 0:
+        finish_op(output, <size_t>counts[r], dtype, op, n)
+    return err
+
+
+cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
+    """One ready collective other than all-reduce; on a rank that has joined (no request) it
+    still takes its part (zero rows to allgather, a throwaway buffer for broadcast). `node`:
+    the set is one node with a shared segment (the same on every rank): broadcast and
+    allgather go through it (shm/copy.pyx)."""
+    cdef Request* req = it.req
+    cdef int c = it.meta.collective, d, err = 0, rank = 0, size = 0
+    cdef size_t es, row_bytes
+    cdef int64_t rows, s
+    cdef vector[int64_t] splits
+    cdef char* tmp
+    MPI_Comm_rank(comm, &rank)
+    MPI_Comm_size(comm, &size)
+    es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
+    row_bytes = es
+    for d in range(1, <int>it.meta.shape.size()):
+        row_bytes *= <size_t>it.meta.shape[d]
+    # allgather and alltoall: the first dimension is this rank's own, not the response's
+    if c == C_ALLGATHER:
+        if req != NULL:
+            rows = req.meta.shape[0] if req.meta.shape.size() else 1
+            if node != NULL:
+                err = shm_allgather(node, req.input, rows, row_bytes, &req.result,
+                                    &req.result_rows, req.result_splits, it.hit)
+            else:
+                err = _allgather(comm, req.input, rows, row_bytes, &req.result,
+                                 &req.result_rows, req.result_splits, it.hit)
+            req.result_rows *= <int64_t>row_bytes
+        else:
+            tmp = NULL
+            if node != NULL:
+                err = shm_allgather(node, NULL, 0, row_bytes, &tmp, &rows, splits, False)
+            else:
+                err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
+            free(tmp)
+    elif c == C_BROADCAST:
+        if req != NULL:
+            if rank == it.meta.root and req.output != req.input:
+                memcpy(req.output, req.input, item_count(it.meta) * es)
+            tmp = req.output
+        else:
+            tmp = <char*>malloc(item_count(it.meta) * es + 1)
+        if tmp == NULL:
+            err = nomem(item_count(it.meta) * es + 1)
+        elif node != NULL:
+            err = shm_broadcast(node, tmp, item_count(it.meta) * es, it.meta.root)
+        else:
+            err = run_broadcast(comm, tmp, item_count(it.meta) * es, it.meta.root)
+        if req == NULL:
+            free(tmp)
+    elif c == C_ALLTOALL and req != NULL:
+        splits = req.splits
+        if splits.empty():
+            rows = req.meta.shape[0] if req.meta.shape.size() else 1
+            splits.assign(size, rows // size)
+        err = run_alltoall(comm, req.input, splits, row_bytes, &req.result,
+                           &req.result_splits)
+        rows = 0
+        for s in req.result_splits:
+            rows += s
+        req.result_rows = rows * <int64_t>row_bytes
+    elif c == C_REDUCESCATTER and req != NULL:
+        err = run_reducescatter(comm, req.input, req.output,
+                                it.meta.shape[0] if it.meta.shape.size() else 1,
+                                row_bytes // es, it.meta.dtype, it.meta.op)
+    elif c == C_JOIN and req != NULL:
+        req.value = it.value
+    return err

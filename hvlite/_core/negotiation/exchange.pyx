@@ -1,0 +1,60 @@
+"""The MPI side of a slow negotiation round, kept apart from the format so each can change alone:
+the gather of submissions to rank 0 and the broadcast of its response (every round's agreement
+on the cache bits is negotiation/agree.pyx's). Per slow round: Gather + Gatherv + 2 Bcast. Every call
+is non-blocking and polled through liveness.wait_all, so a wait on a rank that never comes
+answers pings, pulls idle peers in and ends when a peer is lost."""
+# distutils: language = c++
+from libc.stdint cimport int64_t
+from mpi4py.libmpi cimport *
+from hvlite._core.liveness cimport wait_all
+
+
+cdef int transport_wait(MPI_Request* r) noexcept nogil:
+    """Until done: spin, then yield, then sleep up to 1 ms between tests, so waiting for a late
+    rank does not burn a core."""
+    return wait_all(1, r, True)
+
+
+cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
+                          vector[Span]& spans) noexcept nogil:
+    cdef int r, err, total = 0, mine = <int>payload.size()
+    cdef vector[int] lens, displs
+    cdef Span sp
+    lens.resize(n)
+    displs.resize(n)
+    cdef MPI_Request req
+    err = MPI_Igather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
+    if not err and rank == 0:
+        for r in range(n):
+            displs[r] = total
+            total += lens[r]
+        buf.resize(total + 1)
+    if not err:
+        err = MPI_Igatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(),
+                           displs.data(), MPI_BYTE, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
+    spans.clear()
+    if not err and rank == 0:
+        for r in range(n):
+            sp.p = buf.data() + displs[r]
+            sp.n = <size_t>lens[r]
+            spans.push_back(sp)
+    return err
+
+
+cdef int transport_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
+    cdef int64_t len64 = <int64_t>resp.size()
+    cdef MPI_Request req
+    cdef int err = MPI_Ibcast(&len64, 1, MPI_INT64_T, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
+    if not err and rank != 0:
+        resp.resize(<size_t>len64)
+    if not err:
+        err = MPI_Ibcast(resp.data(), <int>len64, MPI_BYTE, 0, comm, &req)
+    if not err:
+        err = transport_wait(&req)
+    return err

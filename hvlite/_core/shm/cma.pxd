@@ -1,0 +1,16 @@
+from libc.stdint cimport uint64_t
+from hvlite._core.shm.segment cimport ShmArea, ShmPiece
+
+# A peer's output arena (shm/arena.pyx) as this rank sees it: mapped at `map` (NULL: not mapped),
+# at `base` in the peer's own address space, `cap` bytes long.
+cdef struct OutMap:
+    char* map
+    uint64_t base
+    size_t cap
+
+# A batch's all-reduce on one node through the peers' own buffers (see shm/cma.pyx): 0 done,
+# 1 take the slot path instead (the same on every rank), or an error code. `op` is a kernel op.
+cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
+                              ShmArea* a, const OutMap* maps) noexcept nogil
+# Collective over the node: 1 when this rank can read every peer's memory.
+cdef int direct_probe(ShmArea* a) noexcept nogil

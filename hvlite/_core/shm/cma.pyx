@@ -1,0 +1,390 @@
+"""The all-reduce on one node through the peers' buffers directly (cross-memory attach,
+process_vm_readv and process_vm_writev) instead of through the segment's slots.
+
+Through the slots every element is copied in, reduced and copied out: per rank about six passes
+over memory for one reduction's worth of work, and on two cores memory is the limit (the fused
+24 MB step). Here the segment carries only each rank's table of buffers (pid, each piece's
+place in the batch and its input and output addresses):
+  1. every rank publishes its table; one barrier;
+  2. each rank reduces its 1/L slice of the batch a cache-sized chunk at a time: its own input
+     and each peer's, read by the kernel straight from the peer's memory, in rank order, into
+     its own outputs; then the chunk, still in the cache, goes straight into every peer's
+     outputs (only this rank reads these elements' inputs, and it has read them all, so in
+     place is safe too): written by the kernel, or where the output lies in the peer's shared
+     output arena (shm/arena.pyx, mapped here at init) by this rank's own non-temporal stores,
+     which unlike the kernel's do not read each fresh line first;
+  3. one barrier, which also says whether every rank's reads and writes went through: every
+     peer's writes into this rank's outputs are done, and no rank returns (letting its buffers
+     go) while a peer still reaches into them.
+Per rank that is about four passes over memory for its slice (the slots take six, and pulling
+the result back from the peers' outputs after a second barrier took five). Every element is
+reduced by one rank only, so every rank holds the same bits. A rank that has joined (no input
+or no output), more pieces than the slot holds or a batch under (L - 1) x 256 KiB: every rank
+sees it in the tables after the first barrier (or knows it before) and the caller takes the
+slot path.
+
+Whether the kernel lets the node's ranks read and write each other (same user; no Yama
+restriction, or PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
+"""
+from libc.stdlib cimport malloc, calloc, free
+from libc.stdint cimport int64_t, uint64_t
+from posix.unistd cimport getpid
+from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.kernels.reduce cimport reduce_into
+from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
+from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
+                               shm_slice_start, shm_gather, shm_scatter)
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+    ssize_t process_vm_readv(int pid, const iovec* local, unsigned long liovcnt,
+                             const iovec* remote, unsigned long riovcnt, unsigned long flags)
+    ssize_t process_vm_writev(int pid, const iovec* local, unsigned long liovcnt,
+                              const iovec* remote, unsigned long riovcnt, unsigned long flags)
+
+cdef extern from "kernels/stream.h" nogil:
+    void hv_stream_copy(char* dst, const char* src, size_t n)
+
+cdef extern from "<sys/prctl.h>" nogil:
+    int prctl(int option, unsigned long arg2, unsigned long arg3, unsigned long arg4,
+              unsigned long arg5)
+    int PR_SET_PTRACER
+    unsigned long PR_SET_PTRACER_ANY
+
+cdef enum:
+    HEAD = 4                # int64 words before the pieces: pid, npieces, flags, spare
+    PER = 4                 # int64 words per piece: start, count, input, output
+    NIOV = 512              # iovecs per side of one process_vm_readv (the kernel takes 1024)
+    CHUNK = 65536           # bytes reduced at a time (L2-resident)
+    F_NULL = 1              # a piece without input or output (a joined rank)
+
+
+cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil:
+    """Whether a batch is large enough for this path: its two barriers and a kernel call per
+    peer and chunk cost more than the slots' copies below (L - 1) x 256 KiB (measured: 256 KiB
+    on 2 ranks 75-104 us here against 93-121 through the slots; on 4 ranks 410-428 against
+    335-407, and 1 MiB 1.28-1.45x MPI against 1.23-1.30x)."""
+    return nbytes >= <size_t>(a.L - 1) * (256 << 10)
+
+
+cdef size_t direct_max_pieces(ShmArea* a) noexcept nogil:
+    """Most pieces a table in one slot holds."""
+    return (a.seg // 8 - HEAD) // PER
+
+
+cdef struct Table:
+    long long pid
+    size_t np
+    const int64_t* w        # the pieces, PER words each
+
+
+cdef inline void _table(ShmArea* a, int r, int parity, Table* t) noexcept nogil:
+    cdef const int64_t* s = <const int64_t*>shm_slot(a, r, parity)
+    t.pid = s[0]
+    t.np = <size_t>s[1]
+    t.w = s + HEAD
+
+
+cdef size_t _find(const int64_t* w, size_t np, size_t at) noexcept nogil:
+    """The piece holding batch element `at` (the last piece starting at or before it)."""
+    cdef size_t lo = 0, hi = np, mid
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if <size_t>w[mid * PER] <= at:
+            lo = mid
+        else:
+            hi = mid
+    while lo + 1 < np and <size_t>(w[lo * PER] + w[lo * PER + 1]) <= at:
+        lo += 1              # past empty pieces
+    return lo
+
+
+cdef size_t _input_iovs(const int64_t* w, size_t np, size_t a, size_t b, size_t es, iovec* out,
+                        size_t cap, size_t* end) noexcept nogil:
+    """iovecs of a table's inputs for batch elements [a, b), at most `cap` of them; *end: where
+    they stop (b, or earlier when cap ran out)."""
+    cdef size_t i = _find(w, np, a), n = 0, stop, take
+    while a < b and n < cap and i < np:
+        stop = <size_t>(w[i * PER] + w[i * PER + 1])
+        take = (stop if stop < b else b) - a
+        if take:
+            out[n].iov_base = <void*>(<uint64_t>w[i * PER + 2] + (a - <size_t>w[i * PER]) * es)
+            out[n].iov_len = take * es
+            n += 1
+            a += take
+        i += 1
+    end[0] = a
+    return n
+
+
+cdef iovec* _advance(iovec* v, size_t* n, size_t k) noexcept nogil:
+    """Past the first k bytes of an iovec list (its count in *n updated)."""
+    while k and n[0]:
+        if v[0].iov_len <= k:
+            k -= v[0].iov_len
+            v += 1
+            n[0] -= 1
+        else:
+            v[0].iov_base = <char*>v[0].iov_base + k
+            v[0].iov_len -= k
+            k = 0
+    return v
+
+
+cdef int _move(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr,
+               bint write) noexcept nogil:
+    """Read remote iovecs into local ones of the same total length (or write them from the
+    local ones), resuming after a short transfer (the kernel may stop at a page it has to fault
+    in)."""
+    cdef ssize_t got
+    while nl and nr:
+        if write:
+            got = process_vm_writev(<int>pid, loc, nl, rem, nr, 0)
+        else:
+            got = process_vm_readv(<int>pid, loc, nl, rem, nr, 0)
+        if got <= 0:
+            return HV_ERR_SHM
+        loc = _advance(loc, &nl, <size_t>got)
+        rem = _advance(rem, &nr, <size_t>got)
+    return 0
+
+
+cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, iovec* loc,
+                      iovec* rem) noexcept nogil:
+    """A peer's inputs for batch elements [a, b) into the contiguous buf."""
+    cdef size_t n, end, nbytes
+    cdef int err
+    while a < b:
+        n = _input_iovs(t.w, t.np, a, b, es, rem, NIOV, &end)
+        nbytes = (end - a) * es
+        loc[0].iov_base = buf
+        loc[0].iov_len = nbytes
+        err = _move(t.pid, loc, 1, rem, n, False)
+        if err:
+            return err
+        buf += nbytes
+        a = end
+    return 0
+
+
+cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap* to, size_t a,
+               size_t b, size_t es, iovec* loc, iovec* rem) noexcept nogil:
+    """The result for batch elements [a, b) into a peer's outputs: from acc (contiguous), or
+    with acc NULL from this rank's own outputs. Where the peer's output lies in its arena
+    (mapped here) the stores bypass the cache; elsewhere the kernel writes them."""
+    cdef size_t i = _find(t.w, t.np, a), j = 0, n = 0, stop, length, x = a
+    cdef uint64_t dst
+    cdef const char* src
+    cdef int err
+    if acc == NULL:
+        j = _find(mine.w, mine.np, a)
+    while a < b and i < t.np:
+        stop = <size_t>(t.w[i * PER] + t.w[i * PER + 1])
+        if stop <= a:
+            i += 1
+            continue
+        if acc == NULL:
+            if j >= mine.np:
+                break
+            if <size_t>(mine.w[j * PER] + mine.w[j * PER + 1]) <= a:
+                j += 1
+                continue
+            stop = min(stop, <size_t>(mine.w[j * PER] + mine.w[j * PER + 1]))
+            src = <const char*>(<uint64_t>mine.w[j * PER + 3]) + (a - <size_t>mine.w[j * PER]) * es
+        else:
+            src = acc + (a - x) * es
+        stop = min(stop, b)
+        length = (stop - a) * es
+        dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
+        if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
+            hv_stream_copy(to.map + (dst - to.base), src, length)
+        else:
+            loc[n].iov_base = <void*>src
+            loc[n].iov_len = length
+            rem[n].iov_base = <void*>dst
+            rem[n].iov_len = length
+            n += 1
+            if n == NIOV:
+                err = _move(t.pid, loc, n, rem, n, True)
+                if err:
+                    return err
+                n = 0
+        a = stop
+    if a < b:
+        return HV_ERR_SHM       # the tables do not cover the batch (they always do)
+    return _move(t.pid, loc, n, rem, n, True) if n else 0
+
+
+cdef bint _own_inplace(const int64_t* w, size_t np, size_t a, size_t b) noexcept nogil:
+    """Whether every piece of this rank's holding [a, b) is reduced in place."""
+    cdef size_t i = _find(w, np, a)
+    while i < np and <size_t>w[i * PER] < b:
+        if w[i * PER + 1] and w[i * PER + 2] != w[i * PER + 3]:
+            return False
+        i += 1
+    return True
+
+
+cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, const char* src,
+                           size_t es, int dtype, int op) noexcept nogil:
+    """This rank's in-place buffers for [a, b) op= src (the peer's elements, contiguous)."""
+    cdef size_t i = _find(w, np, a), stop, take
+    while a < b and i < np:
+        stop = <size_t>(w[i * PER] + w[i * PER + 1])
+        take = (stop if stop < b else b) - a
+        if take:
+            reduce_into(<char*>(<uint64_t>w[i * PER + 3]) + (a - <size_t>w[i * PER]) * es,
+                        src, take, dtype, op)
+            src += take * es
+            a += take
+        i += 1
+
+
+cdef OutMap _NO_MAP
+
+
+cdef inline const OutMap* _map(const OutMap* maps, int r) noexcept nogil:
+    return &maps[r] if maps != NULL else &_NO_MAP
+
+
+cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
+                              ShmArea* a, const OutMap* maps) noexcept nogil:
+    """Returns 0 when done, 1 when the caller must take the slot path (every rank returns the
+    same), or an error code. maps: per node rank, its output arena mapped here (or NULL)."""
+    cdef size_t es = dtype_size(dtype), k, lo, hi, at, n, step = CHUNK // es
+    cdef int parity = (a.epoch + 1) & 1, r, err = 0, fallback = 0, e
+    cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
+    cdef Table* tables
+    cdef iovec* loc
+    cdef iovec* rem
+    cdef char* acc
+    cdef char* tmp
+    cdef uint64_t ok
+    if count == 0:
+        return 0
+    if np > direct_max_pieces(a) or not direct_worth(a, count * es):
+        return 1            # the same on every rank: the batch and the slot size are
+    s[0] = <int64_t>getpid()
+    s[1] = <int64_t>np
+    s[2] = 0
+    for k in range(np):
+        s[HEAD + k * PER] = <int64_t>p[k].start
+        s[HEAD + k * PER + 1] = <int64_t>p[k].count
+        s[HEAD + k * PER + 2] = <int64_t>(<uint64_t>p[k].input)
+        s[HEAD + k * PER + 3] = <int64_t>(<uint64_t>p[k].output)
+        if p[k].count and (p[k].input == NULL or p[k].output == NULL):
+            s[2] |= F_NULL
+    err = shm_barrier(a)
+    if err:
+        return err
+    tables = <Table*>malloc(a.L * sizeof(Table))
+    loc = <iovec*>malloc(2 * NIOV * sizeof(iovec))
+    acc = <char*>malloc(2 * CHUNK)
+    for r in range(a.L):
+        if tables != NULL:
+            _table(a, r, parity, &tables[r])
+        if (<const int64_t*>shm_slot(a, r, parity))[2] & F_NULL:
+            fallback = 1
+    if fallback:            # every rank saw the same tables
+        free(tables)
+        free(loc)
+        free(acc)
+        return 1
+    if tables == NULL or loc == NULL or acc == NULL:
+        err = HV_ERR_NOMEM      # still through every barrier, so no peer is left waiting
+    rem = loc + NIOV if loc != NULL else NULL
+    tmp = acc + CHUNK if acc != NULL else NULL
+    lo = shm_slice_start(count, a.L, a.me, es)
+    hi = shm_slice_start(count, a.L, a.me + 1, es)
+    at = lo
+    while err == 0 and at < hi:
+        n = hi - at if hi - at < step else step
+        if (a.L == 2 or a.me == 0) and _own_inplace(tables[a.me].w, np, at, at + n):
+            # reduce straight into this rank's own buffers: with two ranks x1 op x0 is x0 op x1
+            # bit for bit (every op here commutes), and rank 0's partial sums are in order;
+            # then out of them into every peer's outputs
+            for r in range(a.L):
+                if r != a.me and err == 0:
+                    err = _peer_inputs(&tables[r], at, at + n, es, tmp, loc, rem)
+                    if err == 0:
+                        _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
+            for r in range(a.L):        # the result, still in the cache, to every peer
+                if r != a.me and err == 0:
+                    err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
+                                es, loc, rem)
+        else:
+            for r in range(a.L):
+                if r == a.me:
+                    shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
+                else:
+                    err = _peer_inputs(&tables[r], at, at + n, es, acc if r == 0 else tmp,
+                                       loc, rem)
+                    if err:
+                        break
+                if r:
+                    reduce_into(acc, tmp, n, dtype, op)
+            if err == 0:
+                shm_scatter(p, np, at, at + n, acc, dtype)
+            for r in range(a.L):
+                if r != a.me and err == 0:
+                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem)
+        at += n
+    # The last barrier: every peer's writes into this rank's outputs are done, and no rank
+    # returns (letting its buffers go) while a peer still reaches into them. It carries whether
+    # every rank's reads and writes went through: a failed write left a peer's result wrong,
+    # so every rank fails, not only the one that saw it.
+    ok = 0 if err else ~(<uint64_t>0)
+    e = shm_and_words(a, &ok, 1)
+    if e:
+        err = e         # a peer lost at the barrier explains a read or write that failed too
+    elif err == 0 and not ok:
+        err = HV_ERR_SHM
+    free(tables)
+    free(loc)
+    free(acc)
+    return err
+
+
+cdef int direct_probe(ShmArea* a) noexcept nogil:
+    """Collective over the node: 1 when this rank could read every peer's memory and write into
+    it. Lets any process of this user reach ours first (Yama's ptrace scope 1 allows only
+    ancestors)."""
+    cdef int parity = (a.epoch + 1) & 1, r, ok = 1
+    cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
+    cdef const int64_t* t
+    cdef int64_t magic = 0x68766C69 + a.me, got
+    cdef int64_t* seen = <int64_t*>calloc(a.L, 8)     # each peer writes its magic at its rank
+    cdef iovec loc, rem
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
+    s[0] = <int64_t>getpid()
+    s[1] = <int64_t>(<uint64_t>&magic)
+    s[2] = <int64_t>(<uint64_t>seen)
+    if shm_barrier(a):
+        free(seen)
+        return 0
+    for r in range(a.L):
+        t = <const int64_t*>shm_slot(a, r, parity)
+        if r == a.me or t[2] == 0:
+            ok = ok and t[2] != 0
+            continue
+        got = 0
+        loc.iov_base = &got
+        loc.iov_len = 8
+        rem.iov_base = <void*>(<uint64_t>t[1])
+        rem.iov_len = 8
+        if process_vm_readv(<int>t[0], &loc, 1, &rem, 1, 0) != 8 or got != 0x68766C69 + r:
+            ok = 0
+        loc.iov_base = &magic
+        rem.iov_base = <void*>(<uint64_t>t[2] + 8 * <uint64_t>a.me)
+        if process_vm_writev(<int>t[0], &loc, 1, &rem, 1, 0) != 8:
+            ok = 0
+    if shm_barrier(a):      # nobody's `magic` or `seen` goes while a peer reaches it
+        free(seen)
+        return 0
+    for r in range(a.L):
+        if seen == NULL or (r != a.me and seen[r] != 0x68766C69 + r):
+            ok = 0
+    free(seen)
+    return ok

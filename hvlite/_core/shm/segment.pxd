@@ -1,0 +1,65 @@
+from libc.stdint cimport uint64_t
+from mpi4py.libmpi cimport MPI_Comm
+from hvlite._core.algorithms.algorithm cimport Scratch, allreduce_fn
+
+# A segment shared by the L ranks of one node: a control page with one epoch counter per rank,
+# then two slots per rank (by epoch parity) and two result areas, each `seg` bytes.
+cdef struct ShmArea:
+    char* base           # NULL: unavailable (then `why` says why)
+    size_t map_bytes
+    size_t seg           # bytes per pipeline segment, a multiple of 64
+    int L                # ranks on the node
+    int me               # this rank's index among them
+    long long epoch      # barriers passed; the same on every rank of the node
+    size_t redundant_max # up to this many bytes per segment every rank reduces everything
+    int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
+    char why[160]
+
+# Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
+cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redundant_max,
+                       bint enabled) except -1
+cdef void shm_close_area(ShmArea* a) noexcept nogil
+cdef void shm_set_why(ShmArea* a, str why)
+
+# In place over the node; with `cross` (size > 1) the node's partial result is all-reduced among
+# the nodes with cross_fn: per slice (uniform nodes) or by the leaders (uneven nodes).
+cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
+                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s) noexcept nogil
+
+# One tensor of a fused batch: elements [start, start + count) of the batch. input NULL: the
+# op's identity (a rank that has joined); output NULL: the result is not kept.
+cdef struct ShmPiece:
+    const char* input
+    char* output
+    size_t start
+    size_t count
+
+# A fused batch straight through the segment, segment by segment: each segment is gathered from
+# the tensors' inputs into this rank's slot and the reduced result scattered into their outputs;
+# no fusion buffer. Single node only (HV_ERR_SHM where there is no segment).
+cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
+                              ShmArea* a) noexcept nogil
+
+# words[i] = AND over the node's ranks of their words[i] (collective over the node; n * 8 bytes
+# must fit a slot): one barrier, no MPI call. Returns HV_ERR_LOST once a peer is lost.
+cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil
+
+# Seconds per flag barrier, a median of blocks (collective over the node): the cost model's alpha_shm.
+cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
+
+# For the node's other collectives (shm/copy.pyx): rank r's slot of a parity, and one flag
+# barrier (HV_ERR_LOST once a peer is lost). A slot of parity (epoch + 1) & 1 is written before
+# the next barrier and read after it.
+cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
+cdef int shm_barrier(ShmArea* a) noexcept nogil
+# A batch's elements [a, b) between its pieces and a contiguous buffer: inputs gathered into dst
+# (the op's identity where a piece has none), or src scattered into the outputs (non-temporal
+# stores into outputs that are not their inputs).
+cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
+                     int op) noexcept nogil
+cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                      int dtype) noexcept nogil
+# Where rank j's 1/L slice of a count-element buffer starts (64-byte aligned; j = L: count).
+cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
+# Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.
+cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil
