@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.tuning.cost_model import ALGORITHMS, NAMES
+from hvlite._core.codes import ALGORITHMS
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 PUBLIC = ("named", "unnamed", "out_of_place", "async")
@@ -51,7 +51,7 @@ def calls(rt, buf, algos):
         "unnamed": lambda: hvd.allreduce_(buf, op=hvd.Sum),
         "out_of_place": lambda: hvd.allreduce(buf, op=hvd.Sum, name="bench.oop"),
         "async": lambda: hvd.allreduce_async_(buf, op=hvd.Sum, name="bench.async").synchronize(),
-        "engine": lambda: rt.engine.allreduce(buf, 2, 0, ALGORITHMS["auto"], False),
+        "engine": lambda: rt.engine.allreduce(buf, 2, 0, ALGORITHMS.code("auto"), False),
     }
     for a in algos:
         fns[a] = (lambda a=a: hvd.allreduce_(buf, op=hvd.Sum, algorithm=a, name=f"bench.{a}"))
@@ -98,7 +98,7 @@ def auto_pick(buf):
     h.wait()
     code = h._pending.algorithm_used
     h.synchronize()
-    return NAMES.get(code, str(code))
+    return ALGORITHMS[code] if 0 <= code < len(ALGORITHMS) else str(code)
 
 
 def main():

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import hvlite as hvd
-from hvlite._core.tuning.cost_model import ALGORITHMS
+from hvlite._core.codes import ALGORITHMS
 
 SMALL, LARGE = (200, 4096), (20, 262144)      # (count, float32 elements)
 
@@ -130,7 +130,7 @@ def main():
             hv.append(time.perf_counter() - t0)
             comm.Barrier()
             t0 = time.perf_counter()
-            rt.engine.allreduce(x, 2, 0, ALGORITHMS["mpi"], False)
+            rt.engine.allreduce(x, 2, 0, ALGORITHMS.code("mpi"), False)
             mp.append(time.perf_counter() - t0)
         lat[nbytes] = (comm.allreduce(float(np.median(hv)), op=MPI.MAX),
                        comm.allreduce(float(np.median(mp)), op=MPI.MAX))

@@ -77,10 +77,11 @@ def test_chains_and_maps_run_their_function_once():
 def test_code_tables_are_declared_once():
     from hvlite import config, ops, submit
     from hvlite._core import codes, dtypes
-    from hvlite._core.tuning import cost_model
     assert [m.name for m in ops.ReduceOp] == list(codes.OPS)
     assert [submit._KIND[i] for i in range(len(codes.COLLECTIVES))] == list(codes.COLLECTIVES)
-    assert set(config.ALGORITHMS) == set(codes.ALGORITHMS) == set(cost_model.ALGORITHMS)
+    assert config.ALGORITHMS is codes.ALGORITHMS        # one table, read from codes.h
+    assert [codes.ALGORITHMS.code(a) for a in codes.ALGORITHMS] == list(range(len(codes.ALGORITHMS)))
+    assert codes.ALGORITHMS.code("no such") is None and codes.ALGORITHMS.code([]) is None
     assert dtypes.NAMES == codes.DTYPES
     assert [dtypes.size_of(i) for i in range(len(codes.DTYPES))] == list(codes.DTYPE_SIZES)
     assert codes.ERROR_KINDS[0] == "none" and len(codes.OWN_ERRORS) >= 4

@@ -7,8 +7,24 @@ from mpi4py.libmpi cimport MPI_Error_string, MPI_SUCCESS, MPI_MAX_ERROR_STRING
 from libc.string cimport strlen, memcpy
 
 
-cdef tuple _table(const char* const* names, int count):
-    return tuple(names[i].decode() for i in range(count))
+class Names(tuple):
+    """One code table: names by code (ALGORITHMS[2]) and codes by name (ALGORITHMS.code("ring"))."""
+
+    def __new__(cls, names):
+        self = super().__new__(cls, names)
+        self._codes = {name: code for code, name in enumerate(self)}
+        return self
+
+    def code(self, name, default=None):
+        """The code of `name`, or `default` when the table has no such name."""
+        try:
+            return self._codes.get(name, default)
+        except TypeError:       # unhashable: no such name
+            return default
+
+
+cdef object _table(const char* const* names, int count):
+    return Names(names[i].decode() for i in range(count))
 
 
 COLLECTIVES = _table(HV_COLLECTIVE_NAMES, C_COUNT)

@@ -206,7 +206,7 @@ def check_build():
 
     import hvlite
     from hvlite import config
-    from hvlite._core.tuning.cost_model import NAMES, crossovers
+    from hvlite._core.tuning.cost_model import crossovers
     from hvlite.runtime import real_names
     s = config.load()
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
@@ -218,7 +218,7 @@ def check_build():
              f"  thread level:     {s.mpi_thread_level} requested (HVLITE_MPI_THREAD_LEVEL); "
              f"this process got {level_names.get(MPI.Query_thread(), '?')}",
              "  CUDA-aware MPI:   not built (GPU buffers are not supported by this build)",
-             "  algorithms:       " + ", ".join(sorted(a for a in NAMES.values() if a != "auto")) + ", auto",
+             "  algorithms:       " + ", ".join(sorted(a for a in ALGORITHMS if a != "auto")) + ", auto",
              "  collectives:      allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join",
              "  auto crossovers (default cost model; jobs measure theirs at init):"]
     model = s.cost_model()

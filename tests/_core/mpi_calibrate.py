@@ -29,8 +29,8 @@ def ran(nbytes, name):
     algo = h._pending.algorithm_used
     hvd.synchronize(h)
     assert np.all(x == N * (N + 1) / 2), (nbytes, x[:4])
-    from hvlite._core.tuning.cost_model import NAMES
-    return NAMES[algo]
+    from hvlite._core.codes import ALGORITHMS
+    return ALGORITHMS[algo]
 
 
 def test_each_class_tried_then_kept():

@@ -32,10 +32,8 @@ closer prediction on 2 hosts of 2; on 4 hosts of 1 neither fits, rhd measured ~1
 """
 from libc.math cimport ceil, log2
 
-from hvlite._core.codes import ALGORITHMS as _NAMES    # the table in codes.h
+from hvlite._core.codes import ALGORITHMS    # the table in codes.h
 
-ALGORITHMS = {name: code for code, name in enumerate(_NAMES)}
-NAMES = dict(enumerate(_NAMES))
 
 
 cdef double _flat(int algo, double n_bytes, int n, double a, double b, double g) noexcept nogil:
@@ -127,13 +125,15 @@ def complete(dict model):
 
 def predict_seconds(str algorithm, double nbytes, int n, dict model, int nodes=1, int local_size=0):
     cdef CostModel m = complete(model)
-    return predict(ALGORITHMS[algorithm], nbytes, n, nodes, local_size or n, &m)
+    if ALGORITHMS.code(algorithm) is None:
+        raise KeyError(f"unknown algorithm {algorithm!r}; the table: {', '.join(ALGORITHMS)}")
+    return predict(ALGORITHMS.code(algorithm), nbytes, n, nodes, local_size or n, &m)
 
 
 def choose_name(double nbytes, int n, dict model, int nodes=1, int local_size=0, bint uniform=True,
                 bint shm=False):
     cdef CostModel m = complete(model)
-    return NAMES[choose(nbytes, n, nodes, local_size or n, uniform, shm, &m)]
+    return ALGORITHMS[choose(nbytes, n, nodes, local_size or n, uniform, shm, &m)]
 
 
 def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=True, bint shm=False):
@@ -141,7 +141,7 @@ def crossovers(int n, dict model, int nodes=1, int local_size=0, bint uniform=Tr
     cdef CostModel m = complete(model)
     parts, last = [], None
     for k in range(0, 31):
-        algo = NAMES[choose(float(1 << k), n, nodes, local_size or n, uniform, shm, &m)]
+        algo = ALGORITHMS[choose(float(1 << k), n, nodes, local_size or n, uniform, shm, &m)]
         if algo != last:
             if last is not None:
                 parts.append(_human(1 << k))

@@ -4,7 +4,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
-from hvlite._core.codes cimport DT_FLOAT32
+from hvlite._core.codes cimport DT_FLOAT32, check
 from hvlite._core.kernels.reduce cimport reduce_into
 from hvlite._core.codes cimport OP_SUM
 
@@ -31,8 +31,7 @@ def pingpong(MPI.Comm comm, int partner, int nbytes, int reps):
                     err = MPI_Recv(buf, nbytes, MPI_BYTE, partner, 77, c, MPI_STATUS_IGNORE) or \
                           MPI_Send(buf, nbytes, MPI_BYTE, partner, 77, c)
                 t0 = MPI_Wtime() - t0
-            if err:
-                raise RuntimeError(f"hvlite probe: MPI error {err}")
+            check(err, "the ping-pong probe")
             if i >= 2:                        # the first exchanges set up the connection
                 times.append(t0 / 2)
     finally:
