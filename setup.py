@@ -38,14 +38,17 @@ ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
 os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
 
 # Every .pyx under hvlite/_core is one extension, named by its path (hvlite/_core/shm/cma.pyx is
-# hvlite._core.shm.cma). These are C++ (std containers, no GIL); the rest are C.
-CXX_MODULES = {"shm.copy", "execute.mpi_collectives", "negotiation.cache", "negotiation.wire",
-               "negotiation.describe", "negotiation.stall", "negotiation.controller",
-               "negotiation.exchange", "execute.fusion", "trace", "tuning.autotune", "pending",
-               "coordinator"}
+# hvlite._core.shm.cma); one that says `# distutils: language = c++` is C++ (std containers).
 CORE = os.path.join("hvlite", "_core")
 MODULES = sorted(os.path.relpath(os.path.join(d, f), CORE)[:-4].replace(os.sep, ".")
                  for d, _, files in os.walk(CORE) for f in files if f.endswith(".pyx"))
+
+
+def language(module):
+    with open(os.path.join(CORE, *module.split(".")) + ".pyx") as f:
+        return "c++" if "# distutils: language = c++" in f.read() else "c"
+
+
 # HVLITE_SANITIZE=1 (make test-asan): AddressSanitizer and UBSan in every extension, frame
 # pointers kept for readable reports; Python itself is not instrumented (libasan is preloaded).
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"] \
@@ -59,7 +62,7 @@ ext = [
         extra_compile_args=["-O1" if SANITIZE else "-O3", "-fwrapv", "-fno-strict-aliasing",
                             "-Wno-unused-function"] + SANITIZE,
         extra_link_args=SANITIZE,
-        language="c++" if m in CXX_MODULES else "c",
+        language=language(m),
         libraries=["rt"] if m == "shm.segment" else [],     # shm_open lives in librt before glibc 2.34
     )
     for m in MODULES

@@ -12,9 +12,9 @@ from hvlite import runtime
 from hvlite.process_sets import AUTO_MARK, global_process_set, state_of
 from hvlite.config import ALGORITHMS
 from hvlite._core import codes as _codes
+from hvlite._core.submission import Submission
 from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
-from hvlite._core.tuning.cost_model import ALGORITHMS as CODES
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.work import Work
 from hvlite.ops import Adasum, Average, Max, Min, Product, Sum, as_op
@@ -77,7 +77,7 @@ class ArrayHandle(Handle):
 
 def _algorithm_code(algorithm, rt):
     name = rt.settings.allreduce_algorithm if algorithm is None else algorithm
-    code = CODES.get(name)
+    code = _codes.ALGORITHMS.code(name)
     if code is None or name not in ALGORITHMS:
         raise InvalidArgumentError(
             f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
@@ -128,8 +128,8 @@ def _poison(st, kind, name, error, x=None, root=0):
         arr = None
     c = code_of(arr.dtype) if arr is not None else 0
     shape = arr.shape if arr is not None else ()
-    p = st.coordinator.submit(name, kind, c, 0, root, 0, shape, None, None, None,
-                              f"{type(error).__name__}: {error}")
+    p = st.coordinator.submit(name, Submission(kind, c, root=root, shape=shape,
+                                               error=f"{type(error).__name__}: {error}"), None, None)
     if isinstance(p, tuple):
         raise _exception(*p) from None
     raise error
@@ -160,8 +160,8 @@ def submit_prepared(st, kind, name, prepare, raw=None, root=0, sync=False):
     except Exception as e:      # noqa: BLE001 - whatever this rank rejects, every rank learns
         error = _own_error(e, kind, name)
         _poison(st, kind, name, error, raw, root)
-    p = st.coordinator.submit(name, kind, r.code, r.op, r.root, r.algo, r.x.shape if r.x is not
-                              None else (), r.x, r.out, r.splits, None, sync, reused)
+    p = st.coordinator.submit(name, Submission(kind, r.code, r.op, r.root, r.algo, splits=r.splits,
+                                               inline=sync, reused=reused), r.x, r.out)
     if isinstance(p, tuple):
         raise _exception(*p)
     if sync:            # no handle: the request has completed unless a stop took it over
@@ -223,7 +223,7 @@ def _adasum_algorithm(x, code, algorithm, name):
         raise InvalidArgumentError(
             f"allreduce {name!r}: op=Adasum runs its own algorithm (vector halving, distance "
             f"doubling); algorithm={algorithm!r} does not apply (leave it unset or 'auto')")
-    return CODES["auto"]
+    return _codes.ALGORITHMS.code("auto")
 
 
 def _allreduce_check(rt, x, op, algorithm, inplace, name):
@@ -312,8 +312,8 @@ def allreduce_start(x, op, name, algorithm, process_set, inplace):
     if lean is None:
         return None
     st, name, code, o, algo, out = lean
-    p = st.coordinator.submit(name, ALLREDUCE, code, o, 0, algo, x.shape, x, out, None, None,
-                              False, AUTO_MARK in name)
+    p = st.coordinator.submit(name, Submission(ALLREDUCE, code, o, 0, algo,
+                                               reused=AUTO_MARK in name), x, out)
     if type(p) is tuple:
         raise _exception(*p)
     return ArrayHandle(p, out, name)
@@ -322,8 +322,8 @@ def allreduce_start(x, op, name, algorithm, process_set, inplace):
 def _now(st, name, kind, code, op, root, algo, x, out, finish=None):
     """Submit on the caller's thread, run it to completion, raise what went wrong; returns
     finish(pending) for results the coordinator allocated."""
-    p = st.coordinator.submit(name, kind, code, op, root, algo, () if x is None else x.shape,
-                              x, out, None, None, True, AUTO_MARK in name)
+    p = st.coordinator.submit(name, Submission(kind, code, op, root, algo, inline=True,
+                                               reused=AUTO_MARK in name), x, out)
     if type(p) is tuple:
         raise _exception(*p)
     if p.status != _DONE:

@@ -1,26 +1,11 @@
 """The coordinator: negotiates, fuses and runs every collective of a process set, never holding
 the GIL. Rounds run on a background thread, or on the thread of a synchronous caller, which runs
-them itself until its own request completes (no hand-off to the thread and back); a round lock
-makes one of them the only one running rounds at a time, so every rank still runs one sequence
-of rounds.
-
-A round, on every rank, whenever it has work pending (an idle coordinator sleeps on a condition
-variable until work is submitted, waking every few ms up to 50 ms to answer liveness pings, so
-idle processes use no measurable CPU; a peer that waits in a round pings it, and it joins that
-round: see liveness.pyx):
-  1. drain the queue; each request is a cache hit (its slot's bit) or a miss (to send rank 0);
-  2. one all-reduce (BAND) of [ready bits | still-valid bits | flags] (negotiation/exchange.pyx);
-  3. if a rank has cache misses, is stopping, or reports a stall (negotiation/stall.pyx): a gather of the
-     misses to rank 0, whose controller (negotiation/controller.pyx) answers for all in one broadcast;
-     the bytes both ways are negotiation/wire.pyx's;
-  4. run the ready list -- cached slots in slot order, then rank 0's answers -- the same on
-     every rank: all-reduces fused (execute/fusion.pyx), the rest through execute/mpi_collectives.pyx;
-  5. complete handles.
-While work stays pending, rounds are at least HVLITE_CYCLE_TIME apart, so tensors submitted
-meanwhile fuse into the next round; an idle coordinator starts a round at once on submit.
-Every wait inside a round polls the liveness watch: a peer that stops answering ends the
-coordinator with a LostRankError naming it and what was in flight.
-"""
+them itself until its own request completes; a round lock makes one of them the only one running
+rounds at a time, so every rank still runs one sequence of rounds. A round drains the queue,
+agrees on what is ready everywhere (negotiation/), runs it (execute/) and completes handles:
+docs/architecture.md walks one all-reduce through it. An idle coordinator sleeps until work is
+submitted, waking every few ms up to 50 ms to answer liveness pings (liveness.pyx); every wait
+inside a round polls the watch, so a peer that stops answering is named in a LostRankError."""
 # distutils: language = c++
 from cython.operator cimport dereference as deref
 from libc.stdlib cimport free, malloc
@@ -44,31 +29,27 @@ from hvlite._core.negotiation.wire cimport *
 from hvlite._core.negotiation.table cimport Table
 from hvlite._core.negotiation.controller cimport table_init, controller_respond
 from hvlite._core.negotiation.stall cimport Stall, stall_init, stall_due
-from hvlite._core.negotiation.exchange cimport transport_gather, transport_bcast
-from hvlite._core.negotiation.agree cimport Ride, agree
+from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, submission_message
+from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport shm_and_words, shm_beats
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
-from hvlite._core.negotiation.describe cimport append_int, append_name, int_to_str, code_name
-from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduces, item_count
+from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down
+from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduces
 from hvlite._core.execute.mpi_collectives cimport *
-from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, make_writer, K_CYCLE
-from hvlite._core.tuning.autotune cimport Tuner, tune_init, tune_start, tune_round, tune_window_reset
-from hvlite._core.pending cimport Pending, make_pending
+from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, rec_item, make_writer, K_CYCLE
+from hvlite._core.tuning.autotune cimport Tuner, tune_init, tune_grid, tune_round, tune_window_reset
+from hvlite._core.pending cimport Pending, make_pending, Ledger, make_ledger
+from hvlite._core.submission cimport Submission, new_request
 from hvlite._core.codes cimport error_text
-from cpython.ref cimport Py_REFCNT
 cimport mpi4py.MPI as MPI
 from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_current,
                                     watch_poll, watch_ping_all, watch_quiesce, watch_share_beats,
-                                    watch_fail_all)
+                                    watch_fail_all, watch_peer_failed)
 
 cnp.import_array()
 
 cdef extern from *:
     int _lowest_bit "__builtin_ctzll"(unsigned long long) nogil
-
-cdef extern from "<algorithm>" namespace "std" nogil:
-    void sort[Iter, Compare](Iter first, Iter last, Compare comp)
-
 
 cdef extern from "<sched.h>" nogil:
     struct sched_param:
@@ -95,17 +76,6 @@ def _shown(name, int limit=160):
     if len(text) <= limit:
         return text
     return f"{text[:limit - 40]}...{text[-12:]} ({len(name)} characters)"
-
-
-cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
-    return a.submitted < b.submitted
-
-
-cdef bint _may_ride(const Meta& m) noexcept nogil:
-    """An all-reduce that may ride in the agreement: left to auto, an op the kernels run
-    (Adasum has its own algorithm), not empty."""
-    return (m.collective == C_ALLREDUCE and m.algorithm == ALG_AUTO and m.error.empty()
-            and 0 <= m.dtype < DT_COUNT and OP_SUM <= m.op <= OP_PRODUCT and item_count(m) > 0)
 
 
 cdef class Coordinator:
@@ -146,20 +116,12 @@ cdef class Coordinator:
     cdef bint stopped_together    # the last round stopped every rank (stop or fatal stall)
     cdef vector[int] granks       # the set's global ranks, for messages
     # small all-reduces ride in the round's agreement message (negotiation/agree.pyx): [bits | region]
-    cdef size_t ride_bytes          # the region's budget (0: none ride)
-    cdef vector[Ride] rides         # the layout, from the cache (the same on every rank)
-    cdef vector[int] ride_at        # by slot: its ride, or -1
-    cdef bint layout_dirty
-    cdef size_t region_bytes
-    cdef int nwords
-    cdef vector[uint64_t] msg, msg_other
+    cdef Rides ride                 # the message, its region's layout (negotiation/rides.pyx)
     cdef bint node_agree            # agree through the node's shared segment (one node, nothing rides)
     cdef bint node_copies           # broadcast and allgather through it (one node, the set's order)
     cdef vector[Item]* doing_items  # what the round waits on now, for a lost-rank message:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
-    # user-thread side (under the GIL): every Pending whose request may still be in flight
-    cdef set live                   # every Pending whose request may still be in flight
-    cdef vector[Request*] completed # held requests completed since the last sweep (under dmon)
+    cdef Ledger ledger              # every Pending whose request may still be in flight
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -199,14 +161,11 @@ cdef class Coordinator:
         self.fusion.threshold = fusion_threshold
         self.fusion.tensor_limit = fusion_tensor_limit
         cache_init(&self.cache, cache_capacity)
-        self.ride_bytes = ride_bytes
-        self.ride_at.assign(cache_capacity, -1)
-        self.layout_dirty = True
-        self.nwords = 2 * ((cache_capacity + 63) // 64) + 1
+        rides_init(&self.ride, 2 * ((cache_capacity + 63) // 64) + 1, cache_capacity, ride_bytes)
         # the same on every rank: one node, a segment agreed at init, no region
         one_node = (self.ctx.size > 1 and self.ctx.nodes == 1 and self.ctx.shm_ok
                     and self.ctx.shm.base != NULL and self.ctx.shm.L == self.ctx.size)
-        self.node_agree = one_node and ride_bytes == 0 and 8 * (<size_t>self.nwords + 1) <= self.ctx.shm.seg
+        self.node_agree = one_node and ride_bytes == 0 and 8 * (<size_t>self.ride.nwords + 1) <= self.ctx.shm.seg
         # the segment's slots in the set's rank order, on every rank
         from mpi4py.MPI import MIN
         self.node_copies = comm.allreduce(
@@ -214,7 +173,7 @@ cdef class Coordinator:
         table_init(&self.table, self.ctx.size)
         self.cycle_time = cycle_time
         stall_init(&self.stall, stall_check, stall_shutdown, hv_now())
-        self.live = set()
+        self.ledger = make_ledger(&self.dmon)
 
     def __dealloc__(self):
         watch_free(&self.watch)
@@ -226,28 +185,18 @@ cdef class Coordinator:
 
     # ---- user-thread side -------------------------------------------------------------------
 
-    def submit(self, name, int collective, int dtype, int op, int root, int algorithm, shape,
-               cnp.ndarray inp, cnp.ndarray out, splits=None, error=None, bint inline=False,
-               bint reused=False):
-        """Queue one collective; returns a Pending. Returns (kind, message) instead for a name
-        already in flight or a stopped coordinator (the caller raises codes.exception of it).
-        A name still in flight on this rank, its handle held or dropped, is refused at once
-        (Horovod's rule): finishing the earlier request may need a peer that is itself waiting
-        for this rank (in a barrier, say), so waiting for it could wait for ever.
-        `inline`: the caller is about to wait for it (a synchronous collective): its own thread
-        runs the rounds until it completes, with no hand-off to the coordinator thread and back
-        (the thread takes over whatever is still pending afterwards). `reused`: an automatic
-        name, which comes round again after AUTO_NAMES calls: one still in flight is waited
-        for, handle or not. That wait ends: every rank submits its unnamed calls in the same
-        order, so each peer submitted the earlier call before anything it may wait in now."""
+    def submit(self, name, Submission s, cnp.ndarray inp, cnp.ndarray out):
+        """Queue one collective (`s`: which and how, submission.pyx; `inp`/`out`: its buffers,
+        None for none; out None: the coordinator allocates the result); returns a Pending, or
+        (kind, message) for a stopped coordinator or a name in flight. A name still in flight
+        here, its handle held or dropped, is refused at once (Horovod's rule): the earlier
+        request may need a peer that waits for this rank (in a barrier, say). An automatic name
+        (`s.reused`, round again after AUTO_NAMES calls) is waited for instead: every rank
+        submits unnamed calls in one order, so each peer submitted the earlier one before
+        anything it may wait in now. `s.inline`: the caller waits for it now, so its own thread
+        runs the rounds (no hand-off to the coordinator thread and back)."""
         cdef string cname = name.encode()
-        cdef vector[int64_t] cshape, csplits
-        cdef string cerror = error.encode() if error else b""
-        for d in shape:
-            cshape.push_back(d)
-        if splits is not None:
-            for v in splits:
-                csplits.push_back(v)
+        cdef bint inline = s.inline
         cdef Request* req
         cdef int problem = 0
         cdef Pending p
@@ -255,37 +204,21 @@ cdef class Coordinator:
             hv_lock(&self.qmon)
             problem = 1 if self.dead else (2 if self.inflight.count(cname) else 0)
             hv_unlock(&self.qmon)
-            if problem != 2 or attempt == 2 or not reused:
+            if problem != 2 or attempt == 2 or not s.reused:
                 break
             if _race_pause > 0:
                 with nogil:
                     hv_sleep(_race_pause)
-            p = self._dropped(cname, True)
+            p = self.ledger.dropped(cname, True)
             if p is not None:
                 p.wait()
             # else it completed between the check and the search: ask again
         if problem == 0:
-            req = new Request()
-            req.held = NULL
-            req.name = cname
-            req.meta.collective = collective
-            req.meta.dtype = dtype
-            req.meta.op = op
-            req.meta.root = root
-            req.meta.algorithm = algorithm
-            req.meta.shape = cshape
-            req.meta.error = cerror
-            req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
-            req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
-            req.meta.apart = req.output != NULL and req.output != req.input
-            req.splits = csplits
-            req.status = ST_PENDING
-            req.slot = -1
-            req.submitted = hv_now()
+            req = new_request(s, cname, inp, out)
             # held from before the coordinator can see it: a request it completes at once is
             # still let go of by the next sweep
             p = make_pending(req, &self.dmon, self, (inp, out))
-            self._track(p)
+            self.ledger.track(p)
             hv_lock(&self.qmon)
             if self.dead:
                 problem = 1
@@ -298,14 +231,14 @@ cdef class Coordinator:
                     hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
             if problem:
-                self.live.discard(p)
+                self.ledger.live.discard(p)
                 p.req = NULL            # never queued: freed here, not by the Pending
                 p = None
                 del req
         if problem == 1:
             return (self.dead_kind, self.dead_reason.decode("utf-8", "replace"))
         if problem == 2:
-            held = "dropped before it was synchronized" if self._dropped(cname, False) is not None \
+            held = "dropped before it was synchronized" if self.ledger.dropped(cname, False) is not None \
                 else "not yet synchronized"
             return (E_DUPLICATE, f"a collective named {_shown(name)} is already in flight on this "
                                  f"rank (its handle {held}); a name may be in flight once: "
@@ -314,70 +247,28 @@ cdef class Coordinator:
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
                 self._drive(req, hv_now() + WAIT_SLICE)
-            self._sweep()
+            self.ledger.sweep()
         return p
 
-    cdef Pending _dropped(self, const string& name, bint any_handle):
-        """The pending request named `name` whose handle is gone (only this table holds it), or
-        with `any_handle` whether its handle is held or not."""
-        for q in self.live:
-            # references: the set's and this loop's; a live handle would add its own
-            if ((any_handle or Py_REFCNT(q) == 2) and (<Pending>q).pending()
-                    and (<Pending>q).req.name == name):
-                return <Pending>q
-        return None
-
-    cdef int _track(self, Pending p) except -1:
-        """Hold `p` (and so its buffers) until its request completes."""
-        self._sweep()
-        p.req.held = <void*>p
-        self.live.add(p)
-        return 0
-
     def sweep(self):
-        self._sweep()
-
-    cdef int _sweep(self) except -1:
-        """Let go of the requests completed since the last sweep: a dropped handle's buffers
-        are released at the first hvlite call on this rank after its request completes, the
-        wait that saw it complete included. Costs O(completed), not O(in flight). A completed
-        request's Pending is alive until this (the set holds it), so its pointer is good."""
-        cdef vector[Request*] done
-        cdef size_t i
-        hv_lock(&self.dmon)
-        if self.completed.empty():
-            hv_unlock(&self.dmon)
-            return 0
-        done.swap(self.completed)
-        hv_unlock(&self.dmon)
-        live = self.live
-        for i in range(done.size()):
-            if done[i].held != NULL:
-                live.discard(<object>done[i].held)
-        return 0
+        self.ledger.sweep()
 
     def in_flight(self):
         """This rank's requests not yet completed (handles dropped or not), oldest first."""
-        self._sweep()
-        return sorted((q for q in self.live if (<Pending>q).pending()),
-                      key=lambda q: (<Pending>q).req.submitted)
+        return self.ledger.in_flight()
 
     def held(self):
         """How many requests the runtime still holds (tests: dropped work is let go)."""
-        self._sweep()
-        return len(self.live)
+        return len(self.ledger)
 
     def wait_all(self):
         """Wait for every request this rank submitted (join, removing a set)."""
-        for q in self.in_flight():
+        for q in self.ledger.in_flight():
             q.wait()
 
     def release_all(self):
         """After the thread has stopped (every request completed): let go of them all."""
-        self.live = set()
-        hv_lock(&self.dmon)
-        self.completed.clear()
-        hv_unlock(&self.dmon)
+        self.ledger.release_all()
 
     def stop(self):
         hv_lock(&self.qmon)
@@ -443,15 +334,9 @@ cdef class Coordinator:
                  window_seconds=0.5, log_path=None):
         """Start tuning the fusion threshold and cycle time. Call it on every rank with the same
         arguments, between steps; rank 0 runs the trials and every rank applies its choices."""
-        cdef vector[size_t] ts
-        cdef vector[double] cs
-        for t in thresholds:
-            for c in cycles_ms:
-                ts.push_back(t)
-                cs.push_back(c / 1000.0)
-        cdef string path = (log_path or "").encode() if self.ctx.rank == 0 else b""
-        hv_lock(&self.qmon)
-        tune_start(&self.tune, ts, cs, warmup_rounds, window_rounds, window_seconds, path)
+        hv_lock(&self.qmon)     # rank 0 alone writes the log
+        tune_grid(&self.tune, thresholds, cycles_ms, warmup_rounds, window_rounds, window_seconds,
+                  log_path if self.ctx.rank == 0 else None)
         hv_unlock(&self.qmon)
 
     def autotune_state(self):
@@ -667,20 +552,17 @@ cdef class Coordinator:
         cdef vector[uint64_t] bits
         cdef double t0 = hv_now(), t1, ready
         cdef uint64_t flags
-        if self.layout_dirty:
-            self._layout()
+        if self.ride.dirty:
+            rides_layout(&self.ride, &self.cache)
         self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
         self.watch.negotiating = True
         if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
             watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
         if self.node_agree:     # one node, its segment: flags instead of MPI messages
-            err = shm_and_words(&self.ctx.shm, bits.data(), self.nwords)
+            err = shm_and_words(&self.ctx.shm, bits.data(), self.ride.nwords)
         else:
-            memcpy(self.msg.data(), bits.data(), 8 * <size_t>self.nwords)
-            err = agree(self.ctx.comm, <char*>self.msg.data(), <char*>self.msg_other.data(),
-                        self.nwords, self.region_bytes, self.rides.data(), <int>self.rides.size())
-            memcpy(bits.data(), self.msg.data(), 8 * <size_t>self.nwords)
+            err = rides_agree(&self.ride, self.ctx.comm, bits.data())
         t1 = hv_now()
         if err:
             self._die_err(b"negotiation failed: ", err)
@@ -694,7 +576,7 @@ cdef class Coordinator:
         self.own_seconds += hv_now() - t1
         if (flags & SLOW_FLAGS) != SLOW_FLAGS:
             finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL))
-            self.layout_dirty = True        # rank 0 may have given out cache slots
+            self.ride.dirty = True        # rank 0 may have given out cache slots
             if self.dead:       # the gather or broadcast failed: everything has failed already
                 return 1
         ready = hv_now()
@@ -727,8 +609,8 @@ cdef class Coordinator:
                 req.sent = False
             if req.slot >= 0:
                 bits_mark_ready(bits, req.slot)
-                if self.ride_at[req.slot] >= 0:
-                    self._board(req, self.ride_at[req.slot])
+                if self.ride.at[req.slot] >= 0:
+                    rides_board(&self.ride, self.ride.at[req.slot], req.input)
             elif not req.sent:
                 misses = True
             if req.meta.collective != C_JOIN and req.submitted < oldest:
@@ -762,7 +644,7 @@ cdef class Coordinator:
                 if s < self.cache.capacity and not self.cache.names[s].empty():
                     self._unslot(s)
                     cache_evict(&self.cache, s)
-                    self.layout_dirty = True
+                    self.ride.dirty = True
         if not run:
             return
         for w in range(W):
@@ -781,7 +663,7 @@ cdef class Coordinator:
                 item.value = -1
                 item.late.clear()
                 item.err = 0
-                item.ride = self.ride_at[s] if rides_ok else -1
+                item.ride = self.ride.at[s] if rides_ok else -1
                 item.hit = True
                 items.push_back(item)
                 self.cache.last_used[s] = self.clock
@@ -822,44 +704,22 @@ cdef class Coordinator:
         cdef vector[Span] spans
         cdef double now = hv_now()
         cdef int err
+        cdef bint stopping_here
         self.slow_rounds += 1
-        self._submission(payload, stall, now)
-        err = transport_gather(self.ctx.comm, self.ctx.rank, self.ctx.size, payload, gathered, spans)
+        hv_lock(&self.qmon)
+        stopping_here = self.stop_requested
+        hv_unlock(&self.qmon)
+        submission_message(payload, self.pending, stopping_here, self.joined, stall, now)
+        err = exchange_gather(self.ctx.comm, self.ctx.rank, self.ctx.size, payload, gathered, spans)
         if not err and self.ctx.rank == 0:
             resp = controller_respond(&self.table, &self.cache, spans, now, self.clock, &self.stall)
             self._tune_tail(resp)
         if not err:
-            err = transport_bcast(self.ctx.comm, self.ctx.rank, resp)
+            err = exchange_bcast(self.ctx.comm, self.ctx.rank, resp)
         if err:
             self._die_err(b"negotiation failed: ", err)
             return 2
         return self._apply(resp, items, stopping)
-
-    cdef void _submission(self, string& payload, bint stall, double now) noexcept nogil:
-        """This rank's message to rank 0: its misses in submission order (rank 0 numbers names by
-        first arrival, and that order becomes the execution and cache-slot order on every rank),
-        then, when a stall report was asked for, a probe per name it waits on."""
-        cdef Request* req
-        cdef vector[Request*] misses
-        cdef bint stopping
-        hv_lock(&self.qmon)
-        stopping = self.stop_requested
-        hv_unlock(&self.qmon)
-        put_submission(payload, stopping, self.joined)
-        for kv in self.pending:
-            req = kv.second
-            if req.slot < 0 and not req.sent:
-                misses.push_back(req)
-        sort(misses.begin(), misses.end(), _submitted_before)
-        for req in misses:
-            put_record(payload, REC_SUBMIT, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))
-            req.sent = True
-        if not stall:
-            return
-        for kv in self.pending:
-            req = kv.second
-            if req.meta.collective != C_JOIN:
-                put_record(payload, REC_PROBE, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))
 
     cdef void _tune_tail(self, string& resp) noexcept nogil:
         """Rank 0: the autotune setting to publish with this response, if any."""
@@ -898,12 +758,7 @@ cdef class Coordinator:
             self.dead_reason = h.fatal_msg
             return 2
         if stopping:
-            self.dead_reason = string(b"hvlite was shut down (shutdown() on rank ")
-            for i in range(<int64_t>h.stopping.size()):
-                if i:
-                    self.dead_reason.append(b", ")
-                self.dead_reason.append(int_to_str(h.stopping[i]))
-            self.dead_reason.append(b") before this collective completed")
+            self.dead_reason = shut_down(h.stopping)
             return 1
         return 0
 
@@ -940,7 +795,8 @@ cdef class Coordinator:
         self.doing_at = -2
         for k in range(items.size()):
             if items[k].ride >= 0:
-                self._landed(&items[k])
+                rides_landed(&self.ride, &items[k], self.ctx.size)
+                self.ridden += 1
         # Average divides by the set's size: a joined rank counts, contributing zeros (Horovod's rule)
         run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
         for k in range(items.size()):
@@ -953,90 +809,25 @@ cdef class Coordinator:
             if err == HV_ERR_NOMEM:
                 self._fail_here(it)
                 continue
+            es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < DT_COUNT else 1
             if c != C_ALLREDUCE:
                 it.start = it.packed = hv_now()
-            es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
-            if c != C_ALLREDUCE:
                 self.doing_at = <int>k
                 err = run_item(self.ctx.comm, it, &self.ctx.shm if self.node_copies else NULL)
-            if c != C_ALLREDUCE:
                 it.ran = it.unpacked = hv_now()
             if err == HV_ERR_NOMEM:
                 self._fail_here(it)
                 continue
-            if err and err != HV_ERR_LOST and self._peer_failed():
+            if err and err != HV_ERR_LOST and watch_peer_failed(&self.watch, 0.2):
                 err = HV_ERR_LOST       # MPI's error is the failed peer's exit: say why it failed
             if req == NULL or err == HV_ERR_LOST:
                 continue        # a lost peer: the round ends in _die_err, failing it with the rest
             if self.rec.on:
-                self._record(it, req, item_count(req.meta) * es)
+                rec_item(&self.rec, it, req, item_count(req.meta) * es)
             if err:
                 self._complete(req, ST_ERROR, E_MPI, string(b"MPI call failed: "), err)
             else:
                 self._complete(req, ST_DONE, E_NONE, string(), 0)
-
-    cdef void _layout(self) noexcept nogil:
-        """Places in the agreement message's region for the cached all-reduces that fit,
-        in slot order (every rank holds the same cache, so the same layout)."""
-        cdef Ride r
-        cdef size_t nbytes, off = 0
-        cdef int s
-        self.rides.clear()
-        for s in range(self.cache.capacity if self.ride_bytes else 0):   # none ride: no scan
-            self.ride_at[s] = -1
-            if self.cache.names[s].empty() or not _may_ride(self.cache.metas[s]):
-                continue
-            nbytes = item_count(self.cache.metas[s]) * dtype_size(self.cache.metas[s].dtype)
-            if off + nbytes > self.ride_bytes:
-                continue
-            r.slot = s
-            r.offset = off
-            r.count = item_count(self.cache.metas[s])
-            r.dtype = self.cache.metas[s].dtype
-            r.op = kernel_op(self.cache.metas[s].op)
-            self.ride_at[s] = <int>self.rides.size()
-            self.rides.push_back(r)
-            off += (nbytes + 7) // 8 * 8
-        self.region_bytes = off
-        self.msg.assign(self.nwords + off // 8, 0)
-        self.msg_other.assign(self.nwords + off // 8, 0)
-        self.layout_dirty = False
-
-    cdef void _board(self, Request* req, int k) noexcept nogil:
-        """This rank's input of a ready riding all-reduce, into its place in the message."""
-        memcpy(<char*>self.msg.data() + 8 * self.nwords + self.rides[k].offset, req.input,
-               self.rides[k].count * dtype_size(self.rides[k].dtype))
-
-    cdef void _landed(self, Item* it) noexcept nogil:
-        """A riding all-reduce ready everywhere: its result is in the agreed message."""
-        cdef Ride* r = &self.rides[it.ride]
-        it.start = it.packed = hv_now()
-        self.ridden += 1
-        if it.req != NULL:
-            memcpy(it.req.output, <char*>self.msg.data() + 8 * self.nwords + r.offset,
-                   r.count * dtype_size(r.dtype))
-            finish_op(it.req.output, r.count, r.dtype, it.meta.op, self.ctx.size)
-            it.req.algorithm_used = ALG_RD
-        it.ran = it.unpacked = hv_now()
-        it.err = 0
-
-    cdef void _record(self, Item* it, Request* req, size_t nbytes) noexcept nogil:
-        cdef TEvent e
-        e.name = it.name
-        e.kind = it.meta.collective
-        e.submitted = req.submitted
-        e.ready = it.ready
-        e.start = it.start
-        e.packed = it.packed
-        e.ran = it.ran
-        e.unpacked = it.unpacked
-        e.done = hv_now()
-        e.nbytes = <int64_t>nbytes
-        e.dtype = req.meta.dtype
-        e.fused = it.fused
-        e.algorithm = req.algorithm_used
-        e.late = it.late
-        rec_push(&self.rec, e)
 
     cdef void _complete(self, Request* req, int status, int kind, string msg, int code) noexcept nogil:
         cdef string name = req.name
@@ -1057,85 +848,21 @@ cdef class Coordinator:
         hv_store(&req.status, status)
         orphan = req.orphan
         if not orphan and req.held != NULL:     # the next sweep lets go of its Pending
-            self.completed.push_back(req)
+            self.ledger.completed.push_back(req)
         hv_notify_all(&self.dmon)
         hv_unlock(&self.dmon)
         if orphan:
             free(req.result)
             del req
 
-    cdef string _label(self, int collective, const string& name) noexcept nogil:
-        cdef string s = string(code_name(HV_COLLECTIVE_NAMES, C_COUNT, collective, b"collective"))
-        s.append(b" '")
-        append_name(s, name)
-        s.append(b"'")
-        return s
-
-    cdef string _doing(self) noexcept nogil:
-        """What the current round waits on, for a lost-rank message (built only then): the
-        collective it runs, the fused all-reduces, or the names it negotiates for."""
-        cdef string d
-        cdef int shown = 0, k = 0
-        cdef size_t i
-        cdef vector[Item]* items = self.doing_items
-        if items != NULL and 0 <= self.doing_at < <int>items.size():
-            return self._label(deref(items)[self.doing_at].meta.collective,
-                               deref(items)[self.doing_at].name)
-        if items != NULL and self.doing_at == -2:
-            for i in range(items.size()):
-                if deref(items)[i].meta.collective == C_ALLREDUCE:
-                    if k == 0:
-                        d = self._label(C_ALLREDUCE, deref(items)[i].name)
-                    k += 1
-            if k > 1:
-                d.append(b" (fused with ")
-                d.append(int_to_str(k - 1))
-                d.append(b" more)")
-            if k:
-                return d
-        d = string(b"a negotiation round")
-        for kv in self.pending:
-            if shown == 3:
-                d.append(b", ...")
-                break
-            d.append(b" (waiting on " if shown == 0 else b", ")
-            d.append(self._label(kv.second.meta.collective, kv.first))
-            shown += 1
-        if shown:
-            d.append(b")")
-        return d
-
-    cdef bint _peer_failed(self) noexcept nogil:
-        """After an MPI error: whether a peer told of a failure of its own (its notice may trail
-        the error that another peer's exit caused; it was sent first, so 0.2 s is plenty)."""
-        cdef double until = hv_now() + 0.2
-        if self.watch.ctl == MPI_COMM_NULL:
-            return False
-        while self.watch.failed < 0 and hv_now() < until:
-            watch_poll(&self.watch, 0.0)
-            if self.watch.failed < 0:
-                hv_sleep(1e-3)
-        return self.watch.failed >= 0
-
     cdef void _fail_here(self, Item* it) noexcept nogil:
         """This rank failed alone in the round (an allocation): tell every peer why, so that none
         waits for ever on it in this collective; _step then fails everything here with it."""
-        cdef string why = string(b"out of memory: allocating ")
-        append_int(why, <int64_t>nomem_bytes())
-        why.append(b" bytes for ")
-        why.append(self._label(it.meta.collective, it.name))
-        if it.fused > 1:
-            why.append(b" (fused with ")
-            append_int(why, it.fused - 1)
-            why.append(b" more)")
-        if it.req == NULL:
-            why.append(b", a joined rank's contribution,")
-        why.append(b" failed on rank ")
-        append_int(why, self.granks[self.ctx.rank] if self.ctx.rank < <int>self.granks.size()
-                   else self.ctx.rank)
-        why.append(b"; every rank's collective fails with it, and MPI cannot go on")
-        self.failure = why
-        watch_fail_all(&self.watch, why.c_str())
+        self.failure = out_of_memory(it, <int64_t>nomem_bytes(), self._global(self.ctx.rank))
+        watch_fail_all(&self.watch, self.failure.c_str())
+
+    cdef int _global(self, int rank) noexcept nogil:
+        return self.granks[rank] if 0 <= rank < <int>self.granks.size() else rank
 
     cdef void _die_err(self, const char* what, int code) noexcept nogil:
         """Stop for good after a failed MPI call; a lost peer is named with what was in flight."""
@@ -1143,25 +870,14 @@ cdef class Coordinator:
         cdef int peer = self.watch.lost
         if code != HV_ERR_LOST or peer < 0:
             self._die(E_MPI, what, code)
-            return
-        if self.watch.failed >= 0:      # it told why: a failure of its own
-            why = string(b"rank ")
-            why.append(int_to_str(self.granks[peer] if peer < <int>self.granks.size() else peer))
-            why.append(b" failed while this rank waited in ")
-            why.append(self._doing())
-            why.append(b": ")
-            why.append(self.watch.fail_text)
+        elif self.watch.failed >= 0:      # it told why: a failure of its own
+            why = peer_failed(self._global(peer), doing(self.doing_items, self.doing_at, self.pending),
+                              string(self.watch.fail_text))
             self._die(E_FAILED, why.c_str(), 0)
-            return
-        why = string(b"rank ")
-        why.append(int_to_str(self.granks[peer] if peer < <int>self.granks.size() else peer))
-        why.append(b" is lost: it has not answered for ")
-        why.append(int_to_str(<int64_t>(self.watch.lost_silence + 0.5)))
-        why.append(b" s (HVLITE_LOST_RANK_SECONDS) while this rank waited in ")
-        why.append(self._doing())
-        why.append(b"; it was killed, stopped or exited without shutdown(), and MPI cannot go on "
-                   b"without it")
-        self._die(E_LOST, why.c_str(), 0)
+        else:
+            why = peer_lost(self._global(peer), self.watch.lost_silence,
+                            doing(self.doing_items, self.doing_at, self.pending))
+            self._die(E_LOST, why.c_str(), 0)
 
     cdef void _die(self, int kind, const char* why, int code) noexcept nogil:
         """Stop for good: every pending and queued request fails with the reason."""

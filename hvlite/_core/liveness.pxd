@@ -62,3 +62,6 @@ cdef void watch_fail_all(Watch* w, const char* why) noexcept nogil
 # a wait has lasted a few milliseconds, and with `patient` sleeps between tests (waits on a late
 # rank, not on data in transit). Returns HV_ERR_LOST when the watch finds a peer lost.
 cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil
+# After an MPI error: whether a peer told of a failure of its own, looking for up to `grace`
+# seconds (its notice may trail the error that another peer's exit caused; it was sent first).
+cdef bint watch_peer_failed(Watch* w, double grace) noexcept nogil

@@ -361,3 +361,14 @@ cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil:
         else:
             hv_sleep(pause)
             pause = pause * 2 if pause < 1e-3 else 1e-3
+
+
+cdef bint watch_peer_failed(Watch* w, double grace) noexcept nogil:
+    cdef double until = hv_now() + grace
+    if w.ctl == MPI_COMM_NULL:
+        return False
+    while w.failed < 0 and hv_now() < until:
+        watch_poll(w, 0.0)
+        if w.failed < 0:
+            hv_sleep(1e-3)
+    return w.failed >= 0

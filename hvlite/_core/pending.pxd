@@ -1,3 +1,5 @@
+from libcpp.string cimport string
+from libcpp.vector cimport vector
 from hvlite._core.request cimport Request, hv_monitor
 
 cdef class OwnedBuffer:
@@ -13,3 +15,15 @@ cdef class Pending:
     cdef bint pending(self) noexcept
 
 cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep)
+
+# What the runtime holds for a set (the user-thread side, under the GIL): every Pending whose
+# request may still be in flight, so a dropped handle's buffers stay alive until it completes.
+cdef class Ledger:
+    cdef set live
+    cdef vector[Request*] completed     # held requests completed since the last sweep (under mon)
+    cdef hv_monitor* mon
+    cdef int track(self, Pending p) except -1
+    cdef int sweep(self) except -1
+    cdef Pending dropped(self, const string& name, bint any_handle)
+
+cdef Ledger make_ledger(hv_monitor* mon)

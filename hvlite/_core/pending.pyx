@@ -8,6 +8,7 @@ coordinator thread is still writing into."""
 from libc.stdlib cimport free
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.ref cimport Py_REFCNT
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 
@@ -135,3 +136,69 @@ cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object ke
     p.owner = owner
     p.keep = keep
     return p
+
+
+cdef class Ledger:
+    """Every Pending of a set whose request may still be in flight. The coordinator notes each
+    held request it completes (`completed`, under the completion monitor); the next sweep lets
+    go of them, so dropped work costs O(completed), not O(in flight), per call."""
+
+    cdef int track(self, Pending p) except -1:
+        """Hold `p` (and so its buffers) until its request completes."""
+        self.sweep()
+        p.req.held = <void*>p
+        self.live.add(p)
+        return 0
+
+    cdef int sweep(self) except -1:
+        """Let go of the requests completed since the last sweep: a dropped handle's buffers
+        are released at the first hvlite call on this rank after its request completes, the
+        wait that saw it complete included. A completed request's Pending is alive until this
+        (the set holds it), so its pointer is good."""
+        cdef vector[Request*] done
+        cdef size_t i
+        hv_lock(self.mon)
+        if self.completed.empty():
+            hv_unlock(self.mon)
+            return 0
+        done.swap(self.completed)
+        hv_unlock(self.mon)
+        live = self.live
+        for i in range(done.size()):
+            if done[i].held != NULL:
+                live.discard(<object>done[i].held)
+        return 0
+
+    cdef Pending dropped(self, const string& name, bint any_handle):
+        """The pending request named `name` whose handle is gone (only this table holds it), or
+        with `any_handle` whether its handle is held or not."""
+        for q in self.live:
+            # references: the set's and this loop's; a live handle would add its own
+            if ((any_handle or Py_REFCNT(q) == 2) and (<Pending>q).pending()
+                    and (<Pending>q).req.name == name):
+                return <Pending>q
+        return None
+
+    def in_flight(self):
+        """This rank's requests not yet completed (handles dropped or not), oldest first."""
+        self.sweep()
+        return sorted((q for q in self.live if (<Pending>q).pending()),
+                      key=lambda q: (<Pending>q).req.submitted)
+
+    def __len__(self):
+        self.sweep()
+        return len(self.live)
+
+    def release_all(self):
+        """After the coordinator has stopped (every request completed): let go of them all."""
+        self.live = set()
+        hv_lock(self.mon)
+        self.completed.clear()
+        hv_unlock(self.mon)
+
+
+cdef Ledger make_ledger(hv_monitor* mon):
+    cdef Ledger l = Ledger.__new__(Ledger)
+    l.live = set()
+    l.mon = mon
+    return l

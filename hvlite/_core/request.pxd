@@ -57,3 +57,10 @@ cdef cppclass Item:
     int ride             # >= 0: reduced inside the round's agreement (negotiation/agree.pyx), the ride's index
     bint hit             # from the response cache on every rank (so every rank's metadata, first
                          # dimension included, equals the slot's)
+
+# Elements of a tensor of this metadata (the product of its shape).
+cdef inline size_t item_count(const Meta& m) noexcept nogil:
+    cdef size_t n = 1, i
+    for i in range(m.shape.size()):
+        n *= <size_t>m.shape[i]
+    return n

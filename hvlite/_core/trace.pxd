@@ -4,7 +4,7 @@ from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from hvlite._core.request cimport hv_monitor
+from hvlite._core.request cimport hv_monitor, Item, Request
 
 cdef extern from "stdio.h" nogil:
     ctypedef struct FILE
@@ -39,6 +39,8 @@ cdef cppclass Recorder:
 
 cdef void rec_init(Recorder* r) noexcept nogil
 cdef void rec_push(Recorder* r, TEvent& e) noexcept nogil
+# A finished request's record: its item's phases, `nbytes` moved, the algorithm that ran.
+cdef void rec_item(Recorder* r, Item* it, Request* req, size_t nbytes) noexcept nogil
 
 cdef class Writer:
     cdef Recorder* r

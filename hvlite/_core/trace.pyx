@@ -8,6 +8,7 @@ QUEUE (ready to its batch's start), MEMCPY_IN_FUSION_BUFFER, the operation that 
 every flush ends on a complete event, so a killed process still leaves a file the viewers load;
 stop writes the closing bracket.
 """
+# distutils: language = c++
 from libc.stdio cimport fopen, fclose, fwrite, fflush, snprintf
 from libc.stdint cimport int64_t
 from libcpp.string cimport string
@@ -153,6 +154,25 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
         _x(r, out, opname, tid, e.packed, e.ran, args)
     if copies:
         _x(r, out, b"MEMCPY_OUT_FUSION_BUFFER", tid, e.ran, e.unpacked, args)
+
+
+cdef void rec_item(Recorder* r, Item* it, Request* req, size_t nbytes) noexcept nogil:
+    cdef TEvent e
+    e.name = it.name
+    e.kind = it.meta.collective
+    e.submitted = req.submitted
+    e.ready = it.ready
+    e.start = it.start
+    e.packed = it.packed
+    e.ran = it.ran
+    e.unpacked = it.unpacked
+    e.done = hv_now()
+    e.nbytes = <int64_t>nbytes
+    e.dtype = req.meta.dtype
+    e.fused = it.fused
+    e.algorithm = req.algorithm_used
+    e.late = it.late
+    rec_push(r, e)
 
 
 cdef class Writer:

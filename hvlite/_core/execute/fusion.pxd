@@ -13,4 +13,3 @@ cdef cppclass FusionBuffer:
 cdef void fusion_free(FusionBuffer* f) noexcept nogil
 # Runs every all-reduce item: fused per (dtype, op, algorithm) up to the threshold, in item order.
 cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long divisor) noexcept nogil
-cdef size_t item_count(const Meta& m) noexcept nogil

@@ -28,13 +28,6 @@ from hvlite._core.execute.dispatch cimport (pieces_in_segment, resolve_algorithm
                                     run_allreduce_pieces)
 
 
-cdef size_t item_count(const Meta& m) noexcept nogil:
-    cdef size_t n = 1, i
-    for i in range(m.shape.size()):
-        n *= <size_t>m.shape[i]
-    return n
-
-
 cdef void fusion_free(FusionBuffer* f) noexcept nogil:
     free(f.buf)
     f.buf = NULL

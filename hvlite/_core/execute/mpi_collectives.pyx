@@ -4,6 +4,7 @@ Each runs as MPI's non-blocking call, waited on through liveness.wait_all. Sizes
 so the coordinator allocates each result once, at its final size. Byte counts above INT_MAX are
 an error here (MPI's int counts).
 """
+# distutils: language = c++
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t
@@ -15,8 +16,7 @@ from hvlite._core.kernels.reduce cimport kernel_op, finish_op
 from hvlite._core.algorithms.mpiref cimport ensure_half_ops, mpi_type, mpi_op
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
-from hvlite._core.request cimport Item
-from hvlite._core.execute.fusion cimport item_count
+from hvlite._core.request cimport Item, item_count
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.shm.segment cimport ShmArea
 from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather

@@ -7,15 +7,24 @@ answers pings, pulls idle peers in and ends when a peer is lost."""
 from libc.stdint cimport int64_t
 from mpi4py.libmpi cimport *
 from hvlite._core.liveness cimport wait_all
+from hvlite._core.request cimport *
+from hvlite._core.negotiation.wire cimport put_submission, put_record, REC_SUBMIT, REC_PROBE
+
+cdef extern from "<algorithm>" namespace "std" nogil:
+    void sort[It, F](It first, It last, F less)
 
 
-cdef int transport_wait(MPI_Request* r) noexcept nogil:
+cdef bint _submitted_before(Request* a, Request* b) noexcept nogil:
+    return a.submitted < b.submitted
+
+
+cdef int exchange_wait(MPI_Request* r) noexcept nogil:
     """Until done: spin, then yield, then sleep up to 1 ms between tests, so waiting for a late
     rank does not burn a core."""
     return wait_all(1, r, True)
 
 
-cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
+cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
                           vector[Span]& spans) noexcept nogil:
     cdef int r, err, total = 0, mine = <int>payload.size()
     cdef vector[int] lens, displs
@@ -25,7 +34,7 @@ cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload,
     cdef MPI_Request req
     err = MPI_Igather(&mine, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm, &req)
     if not err:
-        err = transport_wait(&req)
+        err = exchange_wait(&req)
     if not err and rank == 0:
         for r in range(n):
             displs[r] = total
@@ -35,7 +44,7 @@ cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload,
         err = MPI_Igatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(),
                            displs.data(), MPI_BYTE, 0, comm, &req)
     if not err:
-        err = transport_wait(&req)
+        err = exchange_wait(&req)
     spans.clear()
     if not err and rank == 0:
         for r in range(n):
@@ -45,16 +54,37 @@ cdef int transport_gather(MPI_Comm comm, int rank, int n, const string& payload,
     return err
 
 
-cdef int transport_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
+cdef int exchange_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
     cdef int64_t len64 = <int64_t>resp.size()
     cdef MPI_Request req
     cdef int err = MPI_Ibcast(&len64, 1, MPI_INT64_T, 0, comm, &req)
     if not err:
-        err = transport_wait(&req)
+        err = exchange_wait(&req)
     if not err and rank != 0:
         resp.resize(<size_t>len64)
     if not err:
         err = MPI_Ibcast(resp.data(), <int>len64, MPI_BYTE, 0, comm, &req)
     if not err:
-        err = transport_wait(&req)
+        err = exchange_wait(&req)
     return err
+
+
+cdef void submission_message(string& payload, unordered_map[string, Request*]& pending,
+                             bint stopping, bint joined, bint stall, double now) noexcept nogil:
+    cdef Request* req
+    cdef vector[Request*] misses
+    put_submission(payload, stopping, joined)
+    for kv in pending:
+        req = kv.second
+        if req.slot < 0 and not req.sent:
+            misses.push_back(req)
+    sort(misses.begin(), misses.end(), _submitted_before)
+    for req in misses:
+        put_record(payload, REC_SUBMIT, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))
+        req.sent = True
+    if not stall:
+        return
+    for kv in pending:
+        req = kv.second
+        if req.meta.collective != C_JOIN:
+            put_record(payload, REC_PROBE, req.name, req.meta, <int64_t>((now - req.submitted) * 1e6))

@@ -8,6 +8,7 @@ segments, alternating slot parities, so the next segment is copied in while the 
 Used only when the whole set is one node with a segment (the coordinator decides, the same on
 every rank).
 """
+# distutils: language = c++
 from libc.stdlib cimport malloc
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t

@@ -34,3 +34,6 @@ cdef void tune_start(Tuner* t, vector[size_t]& thresholds, vector[double]& cycle
                      const string& log_path) noexcept nogil
 cdef void tune_round(Tuner* t, double nbytes) noexcept nogil
 cdef void tune_window_reset(Tuner* t) noexcept nogil
+# tune_start over the grid thresholds x cycles_ms (Python sequences; log_path None: no log).
+cdef int tune_grid(Tuner* t, thresholds, cycles_ms, int warmup_rounds, int window_rounds,
+                   double window_seconds, log_path) except -1

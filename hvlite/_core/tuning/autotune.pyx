@@ -124,3 +124,16 @@ cdef void tune_round(Tuner* t, double nbytes) noexcept nogil:
         fclose(t.log)
         t.log = NULL
     t.publish = True
+
+
+cdef int tune_grid(Tuner* t, thresholds, cycles_ms, int warmup_rounds, int window_rounds,
+                   double window_seconds, log_path) except -1:
+    cdef vector[size_t] ts
+    cdef vector[double] cs
+    for th in thresholds:
+        for c in cycles_ms:
+            ts.push_back(th)
+            cs.push_back(c / 1000.0)
+    tune_start(t, ts, cs, warmup_rounds, window_rounds, window_seconds,
+               (log_path or "").encode())
+    return 0

@@ -1,0 +1,57 @@
+"""Submission: the options of one collective as a rank submits it (codes from codes.h), so
+Coordinator.submit takes a name, this and the buffers instead of a dozen positional values."""
+# distutils: language = c++
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+from libcpp.vector cimport vector
+from hvlite._core.request cimport *
+
+cnp.import_array()
+
+
+cdef class Submission:
+    def __init__(self, int collective, int dtype=0, int op=0, int root=0, int algorithm=0,
+                 shape=None, splits=None, error=None, bint inline=False, bint reused=False):
+        self.collective = collective
+        self.dtype = dtype
+        self.op = op
+        self.root = root
+        self.algorithm = algorithm
+        self.shape = None if shape is None else tuple(shape)
+        self.splits = splits
+        self.error = None if error is None else str(error)
+        self.inline = inline
+        self.reused = reused
+
+    def __repr__(self):
+        return (f"Submission(collective={self.collective}, dtype={self.dtype}, op={self.op}, "
+                f"root={self.root}, algorithm={self.algorithm}, shape={self.shape}, "
+                f"splits={self.splits}, error={self.error!r}, inline={self.inline}, "
+                f"reused={self.reused})")
+
+
+cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL:
+    cdef vector[int64_t] shape, splits
+    for d in (s.shape if s.shape is not None else ((<object>inp).shape if inp is not None else ())):
+        shape.push_back(d)
+    if s.splits is not None:
+        for v in s.splits:
+            splits.push_back(v)
+    cdef Request* req = new Request()
+    req.held = NULL
+    req.name = name
+    req.meta.collective = s.collective
+    req.meta.dtype = s.dtype
+    req.meta.op = s.op
+    req.meta.root = s.root
+    req.meta.algorithm = s.algorithm
+    req.meta.shape = shape
+    req.meta.error = s.error.encode() if s.error else b""
+    req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
+    req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
+    req.meta.apart = req.output != NULL and req.output != req.input
+    req.splits = splits
+    req.status = ST_PENDING
+    req.slot = -1
+    req.submitted = hv_now()
+    return req
