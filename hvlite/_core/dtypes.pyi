@@ -1,0 +1,9 @@
+# Stub for the compiled dtypes module: NumPy dtypes to codes.h's dtype codes.
+import numpy as np
+from hvlite._core.codes import Names
+
+NAMES: Names
+
+def code_of(dtype: np.dtype | type) -> int: ...
+def size_of(code: int) -> int: ...
+def supported_names() -> str: ...

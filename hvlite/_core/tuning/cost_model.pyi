@@ -1,0 +1,16 @@
+# Stub for the compiled cost model: the alpha-beta predictions behind "auto".
+from hvlite._core.codes import Names
+
+ALGORITHMS: Names
+
+def model_from(alpha_intra: float, beta_intra: float, alpha_inter: float | None = None,
+               beta_inter: float | None = None, gamma: float | None = None,
+               alpha_shm: float = 1e-6, beta_mem: float | None = None,
+               shm_direct: bool = False) -> dict: ...
+def complete(model: dict) -> dict: ...
+def predict_seconds(algorithm: str, nbytes: float, n: int, model: dict, nodes: int = 1,
+                    local_size: int = 0) -> float: ...
+def choose_name(nbytes: float, n: int, model: dict, nodes: int = 1, local_size: int = 0,
+                uniform: bool = True, shm: bool = False) -> str: ...
+def crossovers(n: int, model: dict, nodes: int = 1, local_size: int = 0, uniform: bool = True,
+               shm: bool = False) -> list: ...
