@@ -33,7 +33,8 @@ from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, 
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport shm_and_words, shm_beats
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
-from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down
+from hvlite._core.failure import shown
+from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down, malformed_response
 from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduces
 from hvlite._core.execute.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, rec_item, make_writer, K_CYCLE
@@ -67,15 +68,6 @@ def _widen_submit_race(double seconds):
     request, the window in which that request may complete (it must then go ahead, not fail)."""
     global _race_pause
     _race_pause = seconds
-
-
-def _shown(name, int limit=160):
-    """A tensor name for a message: escaped (repr: a NUL or a newline shows as such), and a long
-    one cut, with its length said."""
-    text = repr(name)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit - 40]}...{text[-12:]} ({len(name)} characters)"
 
 
 cdef class Coordinator:
@@ -240,7 +232,7 @@ cdef class Coordinator:
         if problem == 2:
             held = "dropped before it was synchronized" if self.ledger.dropped(cname, False) is not None \
                 else "not yet synchronized"
-            return (E_DUPLICATE, f"a collective named {_shown(name)} is already in flight on this "
+            return (E_DUPLICATE, f"a collective named {shown(name)} is already in flight on this "
                                  f"rank (its handle {held}); a name may be in flight once: "
                                  "synchronize the earlier request before submitting the name "
                                  "again, or use another name")
@@ -581,7 +573,7 @@ cdef class Coordinator:
                 return 1
         ready = hv_now()
         self.negotiate_seconds += ready - t0
-        self._run_ready(items, finish != 2, t0, ready)
+        self._run_ready(items, finish < 2, t0, ready)
         if not self.failure.empty():
             self._die(E_FAILED, self.failure.c_str(), 0)
             return 1
@@ -590,7 +582,8 @@ cdef class Coordinator:
             return 1
         if finish:
             self.stopped_together = True
-            self._die(E_SHUTDOWN if finish == 1 else E_STALL, self.dead_reason.c_str(), 0)
+            self._die(E_SHUTDOWN if finish == 1 else (E_STALL if finish == 2 else E_FAILED),
+                      self.dead_reason.c_str(), 0)
             return 1
         return 0
 
@@ -744,8 +737,13 @@ cdef class Coordinator:
         self.njoined = <int>h.joined_after
         for i in range(h.count):
             get_answer(&rd, &a)
+            if rd.bad:
+                break
             self._take(a, items)
         get_tune(&rd, &tune)
+        if rd.bad:
+            self.dead_reason = malformed_response(rd.off, rd.n)
+            return 3
         if tune.publish:
             self._tune_apply(tune.threshold, tune.cycle_ns)
         # requests whose slot was just handed to another name go back to rank 0
@@ -756,7 +754,7 @@ cdef class Coordinator:
                 req.sent = False
         if h.fatal:
             self.dead_reason = h.fatal_msg
-            return 2
+            return 2 if h.fatal == FATAL_STALL else 3
         if stopping:
             self.dead_reason = shut_down(h.stopping)
             return 1

@@ -17,3 +17,5 @@ cdef string peer_failed(int rank, const string& doing, const string& fail_text) 
 cdef string peer_lost(int rank, double silence, const string& doing) noexcept nogil
 # Rank 0 answered that these ranks called shutdown() before a collective completed.
 cdef string shut_down(vector[int64_t]& stopping) noexcept nogil
+# Rank 0's response could not be read (a field at byte `off` of `n`).
+cdef string malformed_response(size_t off, size_t n) noexcept nogil

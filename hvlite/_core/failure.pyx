@@ -6,6 +6,15 @@ from hvlite._core.codes cimport *
 from hvlite._core.negotiation.describe cimport append_int, append_name, int_to_str, code_name
 
 
+def shown(name, int limit=160):
+    """A tensor name for a message: escaped (repr: a NUL or a newline shows as such), and a long
+    one cut, with its length said."""
+    text = repr(name)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 40]}...{text[-12:]} ({len(name)} characters)"
+
+
 cdef string label(int collective, const string& name) noexcept nogil:
     cdef string s = string(code_name(HV_COLLECTIVE_NAMES, C_COUNT, collective, b"collective"))
     s.append(b" '")
@@ -92,4 +101,13 @@ cdef string shut_down(vector[int64_t]& stopping) noexcept nogil:
             why.append(b", ")
         why.append(int_to_str(stopping[i]))
     why.append(b") before this collective completed")
+    return why
+
+
+cdef string malformed_response(size_t off, size_t n) noexcept nogil:
+    cdef string why = string(b"the negotiation response from rank 0 is malformed (a field at byte ")
+    append_int(why, <int64_t>off)
+    why.append(b" of ")
+    append_int(why, <int64_t>n)
+    why.append(b" runs past its end or holds an impossible value)")
     return why

@@ -275,7 +275,7 @@ def test_probed_names_report_the_ranks_that_are_not_waiting(capfd):
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 NAMES = ["", "x", "grad/layer.0/weight", "é∑😀", "n" * 100_000]
-SHAPES = [(), (0,), (3, 0, 2), (I64_MAX, I64_MIN, -1), tuple(range(64))]
+SHAPES = [(), (0,), (3, 0, 2), (I64_MAX, 0, 1), tuple(range(64))]   # negative: refused (test_wire_fuzz)
 
 
 @pytest.mark.parametrize("name", NAMES, ids=["empty", "short", "path", "unicode", "long"])
@@ -295,7 +295,7 @@ def test_submission_header_alone_is_sixteen_bytes_of_int64s():
 
 
 @pytest.mark.parametrize("name", NAMES, ids=["empty", "short", "path", "unicode", "long"])
-@pytest.mark.parametrize("tune", [None, (64 << 20, 2_500_000), (I64_MAX, I64_MIN)])
+@pytest.mark.parametrize("tune", [None, (64 << 20, 2_500_000), (I64_MAX, 0)])
 def test_response_roundtrip(name, tune):
     answers = [(name, OK, 3, meta(shape=(0, I64_MAX)), "", -1, ""),
                (name + "2", ERROR, -1, meta("broadcast", root=4), "bad " + name, I64_MIN, "1,3"),
@@ -319,9 +319,13 @@ def test_controller_response_decodes_with_the_coordinators_reader():
 
 
 @pytest.mark.parametrize("cut", [0, 1, 8, 15, 16, 17, 40, 100])
-def test_truncated_messages_decode_without_crashing(cut):
+def test_truncated_messages_are_refused(cut):
     data = wire.encode_submission(False, False, [(SUBMIT, "name" * 10, meta(shape=(1, 2, 3)), 5)])
-    stopping, joined, recs = wire.decode_submission(data[:cut])
-    assert len(recs) <= 1
+    if cut == 16:       # the header alone is a whole submission: no records
+        assert wire.decode_submission(data[:cut]) == (False, False, [])
+    else:
+        with pytest.raises(ValueError, match=f"malformed submission: a field at byte \\d+ of {cut}"):
+            wire.decode_submission(data[:cut])
     resp = wire.encode_response(stopping=[1], answers=[("n" * 30, OK, 0, meta(), "", -1, "")])
-    assert wire.decode_response(resp[:cut])["rest"] <= 0
+    with pytest.raises(ValueError, match=f"malformed response: a field at byte \\d+ of {cut}"):
+        wire.decode_response(resp[:cut])

@@ -55,12 +55,14 @@ cdef void _fold_record(Table* t, Record* rec, int r, int n, double now, int64_t 
         e.count += 1
 
 
-cdef void _fold(Table* t, Probes* probes, const vector[Span]& payloads, double now, int64_t clock,
-                vector[int64_t]& stopping) noexcept nogil:
+cdef string _fold(Table* t, Probes* probes, const vector[Span]& payloads, double now, int64_t clock,
+                  vector[int64_t]& stopping) noexcept nogil:
+    """Every rank's submission into the table; "" or what makes the first unreadable one so."""
     cdef int r, n = <int>payloads.size()
     cdef Reader rd
     cdef Submission sub
     cdef Record rec
+    cdef string why
     for r in range(n):
         reader_init(&rd, payloads[r].p, payloads[r].n)
         if rd.n == 0:
@@ -72,8 +74,19 @@ cdef void _fold(Table* t, Probes* probes, const vector[Span]& payloads, double n
             get_record(&rd, &rec)
             if rec.kind == REC_PROBE:
                 stall_note(probes, rec.name, r, n, <double>rec.age_us * 1e-6)
-            else:
+            elif not rd.bad:
                 _fold_record(t, &rec, r, n, now, clock)
+        if rd.bad:
+            why = string(b"rank ")
+            append_int(why, r)
+            why.append(b" sent a malformed negotiation message (a field at byte ")
+            append_int(why, <int64_t>rd.off)
+            why.append(b" of ")
+            append_int(why, <int64_t>rd.n)
+            why.append(b" runs past its end or holds an impossible value); the job cannot agree "
+                       b"on what to run")
+            return why
+    return string()
 
 
 # ---- 2. ready ----------------------------------------------------------------------------------
@@ -310,7 +323,7 @@ cdef string controller_respond(Table* t, Cache* cache, const vector[Span]& paylo
     cdef Probes probes
     cdef string body, out, name
     cdef vector[Ready] ready
-    _fold(t, &probes, payloads, now, clock, h.stopping)
+    cdef string malformed = _fold(t, &probes, payloads, now, clock, h.stopping)
     joined_now = _count_joined(t, n)
     ready = _ready(t, n)
     h.count = 0
@@ -319,7 +332,9 @@ cdef string controller_respond(Table* t, Cache* cache, const vector[Span]& paylo
         _answer(t, cache, name, n, joined_now, clock, body)
         h.count += 1
     h.fatal_msg = stall_report(stall, t, &probes, n, now)
-    h.fatal = not h.fatal_msg.empty()
+    h.fatal = FATAL_STALL if not h.fatal_msg.empty() else 0
+    if not malformed.empty():
+        h.fatal_msg, h.fatal = malformed, FATAL_MALFORMED
     h.joined_after = _count_joined(t, n)
     h.joined_now = joined_now        # ranks contributing nothing to this round's work
     put_response(out, h, body)

@@ -8,7 +8,8 @@ from hvlite._core.request cimport Meta
 cdef struct Reader:
     const char* p
     size_t n
-    size_t off
+    size_t off              # never past n
+    bint bad                # a read went past the end or met an impossible value: stop there
 
 # A view of one rank's submission inside the gathered buffer (no copy).
 cdef struct Span:
@@ -38,9 +39,13 @@ cdef cppclass Record:
 
 # Rank 0 -> workers: [stopping ranks], [fatal, message], [joined after, joined now], count, then
 # count answers [name, status, slot, meta, message, value, late ranks], then the autotune tail.
+cdef enum:
+    FATAL_STALL = 1
+    FATAL_MALFORMED = 2      # a rank's submission could not be read (the message names it)
+
 cdef cppclass Head:
     vector[int64_t] stopping
-    bint fatal
+    int64_t fatal               # 0, FATAL_STALL or FATAL_MALFORMED: every rank stops
     string fatal_msg
     int64_t joined_after        # ranks still joined once this round's join completed
     int64_t joined_now          # ranks contributing nothing to this round's work

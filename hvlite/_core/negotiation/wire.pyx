@@ -6,7 +6,8 @@ The def functions at the end expose the same encoders and decoders to Python, fo
 """
 # distutils: language = c++
 from libc.string cimport memcpy
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
+from hvlite._core.codes cimport C_COUNT, DT_COUNT, OP_COUNT, ALG_COUNT
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from hvlite._core.request cimport Meta
@@ -39,16 +40,19 @@ cdef void reader_init(Reader* r, const char* p, size_t n) noexcept nogil:
     r.p = p
     r.n = n
     r.off = 0
+    r.bad = False
 
 
 cdef bint reader_more(Reader* r) noexcept nogil:
-    return r.off < r.n
+    return not r.bad and r.off < r.n
 
 
 cdef int64_t get_i64(Reader* r) noexcept nogil:
     cdef int64_t v = 0
-    if r.off + 8 <= r.n:
-        memcpy(&v, r.p + r.off, 8)
+    if r.bad or r.n - r.off < 8:        # off <= n always: no wrap
+        r.bad = True
+        return 0
+    memcpy(&v, r.p + r.off, 8)
     r.off += 8
     return v
 
@@ -56,8 +60,10 @@ cdef int64_t get_i64(Reader* r) noexcept nogil:
 cdef string get_str(Reader* r) noexcept nogil:
     cdef int64_t n = get_i64(r)
     cdef string s
-    if n > 0 and r.off + <size_t>n <= r.n:
-        s.assign(r.p + r.off, <size_t>n)
+    if r.bad or n < 0 or <uint64_t>n > r.n - r.off:
+        r.bad = True
+        return s
+    s.assign(r.p + r.off, <size_t>n)
     r.off += <size_t>n
     return s
 
@@ -71,12 +77,18 @@ cdef void get_meta(Reader* r, Meta* m) noexcept nogil:
     m.algorithm = <int>get_i64(r)
     nd = get_i64(r)
     m.shape.clear()
+    if nd < 0 or <uint64_t>nd > (r.n - r.off) // 8:      # a corrupt count allocates nothing
+        r.bad = True
+        return
     for i in range(nd):
-        if r.off >= r.n:
-            break           # a corrupt count must not allocate without bound
         m.shape.push_back(get_i64(r))
+        if m.shape.back() < 0:
+            r.bad = True
     m.error = get_str(r)
     m.apart = 1 if get_i64(r) != 0 else 0
+    if not (0 <= m.collective < C_COUNT and 0 <= m.dtype < DT_COUNT and 0 <= m.op < OP_COUNT
+            and 0 <= m.algorithm < ALG_COUNT):
+        r.bad = True
 
 
 # ---- worker -> rank 0 ------------------------------------------------------------------------
@@ -123,7 +135,7 @@ cdef void put_response(string& out, const Head& h, const string& body) noexcept 
     put_i64(out, <int64_t>h.stopping.size())
     for i in range(h.stopping.size()):
         put_i64(out, h.stopping[i])
-    put_i64(out, 1 if h.fatal else 0)
+    put_i64(out, h.fatal)
     put_str(out, h.fatal_msg)
     put_i64(out, h.joined_after)
     put_i64(out, h.joined_now)
@@ -145,15 +157,20 @@ cdef void put_tune(string& out, const Tune& t) noexcept nogil:
 cdef void get_head(Reader* r, Head* h) noexcept nogil:
     cdef int64_t i, nstop = get_i64(r)
     h.stopping.clear()
+    if nstop < 0 or <uint64_t>nstop > (r.n - r.off) // 8:
+        r.bad = True
+        return
     for i in range(nstop):
-        if r.off >= r.n:
-            break
         h.stopping.push_back(get_i64(r))
-    h.fatal = get_i64(r) != 0
+    h.fatal = get_i64(r)
+    if not 0 <= h.fatal <= FATAL_MALFORMED:
+        r.bad = True
     h.fatal_msg = get_str(r)
     h.joined_after = get_i64(r)
     h.joined_now = get_i64(r)
     h.count = get_i64(r)
+    if h.count < 0:
+        r.bad = True
 
 
 cdef void get_answer(Reader* r, Answer* a) noexcept nogil:
@@ -168,10 +185,14 @@ cdef void get_answer(Reader* r, Answer* a) noexcept nogil:
 
 cdef void get_tune(Reader* r, Tune* t) noexcept nogil:
     cdef int64_t n = get_i64(r)
+    if n < 0:
+        r.bad = True
     t.publish = n > 0 and get_i64(r) == 1
     if t.publish:
         t.threshold = get_i64(r)
         t.cycle_ns = get_i64(r)
+        if t.threshold < 0 or t.cycle_ns < 0:
+            r.bad = True
 
 
 # ---- Python access (tests) -------------------------------------------------------------------
@@ -208,6 +229,13 @@ def encode_submission(bint stopping, bint joined, records=()):
     return <bytes>s
 
 
+cdef int _check_read(Reader* r, what) except -1:
+    if r.bad:
+        raise ValueError(f"malformed {what}: a field at byte {r.off} of {r.n} runs past the end "
+                         "or holds an impossible value")
+    return 0
+
+
 def decode_submission(bytes data):
     """(stopping, joined, [(kind, name, meta, age_us)])."""
     cdef Reader r
@@ -218,7 +246,10 @@ def decode_submission(bytes data):
     records = []
     while reader_more(&r):
         get_record(&r, &rec)
+        if r.bad:
+            break
         records.append((rec.kind, _text(rec.name), meta_to(rec.meta), rec.age_us))
+    _check_read(&r, "submission")
     return sub.stopping, sub.joined, records
 
 
@@ -230,7 +261,7 @@ def encode_response(stopping=(), fatal="", joined_after=0, joined_now=0, answers
     cdef Tune t
     cdef string body, out
     h.stopping = list(stopping)
-    h.fatal = bool(fatal)
+    h.fatal = FATAL_STALL if fatal else 0
     h.fatal_msg = _bytes(fatal)
     h.joined_after, h.joined_now = joined_after, joined_now
     h.count = 0
@@ -260,6 +291,8 @@ def decode_response(bytes data, bint with_tune=True):
     answers = []
     for i in range(h.count):
         get_answer(&r, &a)
+        if r.bad:
+            break
         answers.append((_text(a.name), a.status, a.slot, meta_to(a.meta), _text(a.message),
                         a.value, _text(a.late)))
     out = {"stopping": list(h.stopping), "fatal": _text(h.fatal_msg) if h.fatal else "",
@@ -268,5 +301,6 @@ def decode_response(bytes data, bint with_tune=True):
     if with_tune:
         get_tune(&r, &t)
         out["tune"] = (t.threshold, t.cycle_ns) if t.publish else None
+    _check_read(&r, "response")
     out["rest"] = <Py_ssize_t>(r.n - r.off) if r.off <= r.n else -<Py_ssize_t>(r.off - r.n)
     return out

@@ -1,0 +1,120 @@
+"""The negotiation decoders against hostile bytes: truncated, mutated, random and planted
+messages (negative or huge lengths and counts, impossible codes). Each either decodes or raises
+ValueError naming where it stopped -- never a read past the buffer (make test-asan runs this
+under AddressSanitizer), never an allocation sized by a peer's number. Rank 0's controller turns
+an unreadable submission into a fatal answer naming the rank. HVLITE_WIRE_FUZZ_CASES sets the
+number of cases (100,000 by default)."""
+import os
+import random
+import struct
+import time
+
+import pytest
+
+from hvlite._core import codes
+from hvlite._core.negotiation import wire
+from hvlite._core.negotiation.controller import Controller
+
+CASES = int(os.environ.get("HVLITE_WIRE_FUZZ_CASES", "100000"))
+I64 = struct.Struct("=q")
+
+
+def meta(rng):
+    return (rng.randrange(len(codes.COLLECTIVES)), rng.randrange(len(codes.DTYPES)),
+            rng.randrange(len(codes.OPS)), rng.randrange(4), rng.randrange(len(codes.ALGORITHMS)),
+            tuple(rng.randrange(9) for _ in range(rng.randrange(4))),
+            rng.choice(["", "DtypeError: bad"]), rng.randrange(2))
+
+
+def submission(rng):
+    return wire.encode_submission(rng.random() < 0.1, rng.random() < 0.1, [
+        (rng.randrange(2), f"t.{rng.randrange(1000)}", meta(rng), rng.randrange(10 ** 6))
+        for _ in range(rng.randrange(5))])
+
+
+def response(rng):
+    return wire.encode_response(
+        stopping=[rng.randrange(8) for _ in range(rng.randrange(3))],
+        fatal=rng.choice(["", "stalled"]), joined_after=rng.randrange(3), joined_now=rng.randrange(3),
+        answers=[(f"t.{i}", rng.randrange(2), rng.randrange(-1, 8), meta(rng), "", -1, "")
+                 for i in range(rng.randrange(5))],
+        tune=rng.choice([None, (1 << 20, 2500000)]))
+
+
+def mutate(rng, data):
+    kind = rng.randrange(5)
+    if kind == 0 or not data:                  # random bytes
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+    if kind == 1:                              # cut short
+        return data[:rng.randrange(len(data))]
+    b = bytearray(data)
+    if kind == 2:                              # flipped bytes
+        for _ in range(rng.randrange(1, 4)):
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        return bytes(b)
+    # a planted 64-bit field: a length, count or code no honest rank sends
+    at = rng.randrange(0, max(1, len(b) - 7), 8) if len(b) >= 8 else 0
+    value = rng.choice([-1, -(2 ** 63), 2 ** 63 - 1, 2 ** 31, 2 ** 40, len(b) + 1, 10 ** 12])
+    b[at:at + 8] = I64.pack(value)[:len(b) - at]
+    return bytes(b)
+
+
+def decode(data, which):
+    try:
+        if which == 0:
+            wire.decode_submission(data)
+        else:
+            wire.decode_response(data)
+        return "ok"
+    except ValueError as e:
+        assert "malformed" in str(e) and "byte" in str(e), e
+        return "refused"
+
+
+def test_decoders_survive_hostile_messages():
+    rng = random.Random(20261125)
+    seen = {"ok": 0, "refused": 0}
+    t0 = time.monotonic()
+    for i in range(CASES):
+        which = i % 2
+        data = mutate(rng, submission(rng) if which == 0 else response(rng))
+        seen[decode(data, which)] += 1
+    # both outcomes occur: the cases reach the checks, and honest-looking bytes still decode
+    assert seen["refused"] > CASES // 10 and seen["ok"] > CASES // 20, seen
+    assert time.monotonic() - t0 < 600
+
+
+@pytest.mark.parametrize("value", [-1, -(2 ** 63), 2 ** 63 - 1, 2 ** 40])
+def test_planted_lengths_and_counts_are_refused(value):
+    m = (0, 2, 0, 0, 0, (4,), "", 0)
+    good = wire.encode_submission(False, False, [(0, "grad", m, 0)])
+    # [stopping, joined, kind, len(name)=4, b"grad", collective, dtype, op, root, alg, ndim, ...]
+    for field in (3, 11):                       # the name's length, the shape's dimensions
+        at = 8 * field if field == 3 else 8 * 3 + 8 + 4 + 8 * 5
+        bad = good[:at] + I64.pack(value) + good[at + 8:]
+        with pytest.raises(ValueError, match="malformed submission"):
+            wire.decode_submission(bad)
+    resp = wire.encode_response(answers=[("grad", 0, 1, m, "", -1, "")])
+    for at in (0, 8 * 5):                       # the stopping count, the answer count
+        with pytest.raises(ValueError, match="malformed response"):
+            wire.decode_response(resp[:at] + I64.pack(value) + resp[at + 8:])
+
+
+def test_impossible_codes_are_refused():
+    for bad in [(99, 2, 0, 0, 0, (4,), "", 0), (0, 12, 0, 0, 0, (4,), "", 0),
+                (0, 2, -1, 0, 0, (4,), "", 0), (0, 2, 0, 0, 8, (4,), "", 0),
+                (0, 2, 0, 0, 0, (-4,), "", 0)]:
+        with pytest.raises(ValueError, match="malformed submission"):
+            wire.decode_submission(wire.encode_submission(False, False, [(0, "g", bad, 0)]))
+
+
+def test_an_unreadable_submission_is_fatal_and_names_the_rank():
+    ctl = Controller(3, cache_capacity=8)
+    m = (0, 2, 0, 0, 0, (4,), "", 0)
+    good = wire.encode_submission(False, False, [(0, "grad", m, 0)])
+    resp = wire.decode_response(ctl.respond([good, good[:-5], good]), with_tune=False)
+    assert "rank 1 sent a malformed negotiation message" in resp["fatal"], resp
+    # the honest ranks' next round still works
+    ctl = Controller(2, cache_capacity=8)
+    resp = wire.decode_response(ctl.respond([good, good]), with_tune=False)
+    assert resp["fatal"] == "" and [a[0] for a in resp["answers"]] == ["grad"]
