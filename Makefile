@@ -62,7 +62,8 @@ ASAN_TESTS ?= 'tests/test_work.py' 'tests/_core/test_coordinator.py::test_coordi
     'tests/_core/test_calibrate.py::test_calibration[3]' \
     'tests/_core/test_algorithms.py::test_shm_segment_and_coordinator[4-env2]' \
     'tests/test_duplicate_names.py::test_duplicate_names[3]' \
-    'tests/test_fork.py::test_forked_children_never_disturb_the_job[2]'
+    'tests/test_fork.py::test_forked_children_never_disturb_the_job[2]' \
+    'tests/_core/test_wire_fuzz.py' 'tests/test_alltoall_bounds.py'
 
 test-asan: install
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)

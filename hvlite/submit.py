@@ -474,15 +474,15 @@ def _splits(splits, n, rows, name):
         s = np.asarray(splits)
         if s.dtype == bool or not np.issubdtype(s.dtype, np.integer):
             raise TypeError
-        s = s.astype(np.int64).ravel()
+        values = [int(v) for v in s.ravel()]     # Python ints: the sum below cannot wrap
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"alltoall {name!r}: splits {splits!r} must be {n} integer "
                                    "row counts") from None
-    if s.size != n or (s < 0).any() or s.sum() != rows:
+    if len(values) != n or any(v < 0 for v in values) or sum(values) != rows:
         raise InvalidArgumentError(
-            f"alltoall {name!r}: splits {list(map(int, s))} must hold {n} non-negative "
+            f"alltoall {name!r}: splits {values} must hold {n} non-negative "
             f"row counts summing to the first dimension {rows}")
-    return [int(v) for v in s]
+    return values
 
 
 def alltoall_async(x, splits=None, name=None, process_set=global_process_set, sync=False):

@@ -7,7 +7,7 @@ an error here (MPI's int counts).
 # distutils: language = c++
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.limits cimport INT_MAX
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport *
@@ -34,9 +34,11 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
     cdef int64_t off = 0, b
     counts.resize(rows.size())
     displs.resize(rows.size())
-    for i in range(rows.size()):
+    for i in range(rows.size()):     # checked before multiplying: a peer's count may be anything
+        if rows[i] < 0 or (row_bytes and <uint64_t>rows[i] > <uint64_t>INT_MAX // row_bytes):
+            return HV_ERR_COUNT
         b = rows[i] * <int64_t>row_bytes
-        if b > INT_MAX or off > INT_MAX:
+        if off + b > INT_MAX:
             return HV_ERR_COUNT
         counts[i] = <int>b
         displs[i] = <int>off
@@ -110,11 +112,18 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
                               &req), &req)
     if err:
         return err
-    for i in range(<size_t>n):
+    cdef int bad = 0, anybad = 0
+    if _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls):
+        bad = 1
+    for i in range(<size_t>n if not bad else 0):    # each count checked above: no wrap
         total += recv_splits[0][i]
-    err = _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls)
+    # a count one rank refuses must stop every rank here, or the others would wait in the
+    # exchange for ever: one more small all-reduce, off the all-reduce path
+    err = _wait(MPI_Iallreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, comm, &req), &req)
     if err:
         return err
+    if anybad:
+        return HV_ERR_COUNT
     result[0] = <char*>malloc(total * row_bytes + 1)
     if result[0] == NULL:
         return nomem(total * row_bytes + 1)
