@@ -33,7 +33,7 @@ from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, 
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport shm_and_words, shm_beats
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
-from hvlite._core.failure import shown
+from hvlite._core.failure import shown as _shown
 from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down, malformed_response
 from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduces
 from hvlite._core.execute.mpi_collectives cimport *
@@ -232,7 +232,7 @@ cdef class Coordinator:
         if problem == 2:
             held = "dropped before it was synchronized" if self.ledger.dropped(cname, False) is not None \
                 else "not yet synchronized"
-            return (E_DUPLICATE, f"a collective named {shown(name)} is already in flight on this "
+            return (E_DUPLICATE, f"a collective named {_shown(name)} is already in flight on this "
                                  f"rank (its handle {held}); a name may be in flight once: "
                                  "synchronize the earlier request before submitting the name "
                                  "again, or use another name")

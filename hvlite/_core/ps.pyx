@@ -7,6 +7,8 @@ PSTimeout, so a vanished peer is an error rather than a hang. The server loop's 
 made in Python (hvlite.ps.server); only the waiting and the copying happen here.
 """
 from libc.stdint cimport int64_t
+from libc.limits cimport INT_MAX
+import numpy as np
 from libc.stdlib cimport malloc, free
 cimport numpy as cnp
 cimport mpi4py.MPI as MPI
@@ -204,6 +206,8 @@ cdef class Link:
                 hv_sleep(100e-6)
         _check(err, f"waiting for a message from rank {src}")
         MPI_Get_count(&st, MPI_BYTE, &count)
+        if count < 0:       # MPI_UNDEFINED: not a whole number of bytes
+            raise ValueError(f"hvlite.ps: a message from rank {st.MPI_SOURCE} has no byte count")
         buf = cnp.PyArray_ZEROS(1, [count], cnp.NPY_UINT8, 0)
         self.recv(buf, st.MPI_SOURCE, tag)
         return bytes(buf)
@@ -213,18 +217,15 @@ cdef class Link:
         cdef int size = 0, i, err
         MPI_Comm_size(self.comm, &size)
         cdef cnp.ndarray lens = cnp.PyArray_ZEROS(1, [size], cnp.NPY_INT32, 0)
-        cdef int mine = len(data)
+        cdef int mine = len(data) if len(data) <= INT_MAX else -1     # -1: too long, said to all
         cdef MPI_Request req
         _check(MPI_Iallgather(&mine, 1, MPI_INT, cnp.PyArray_DATA(lens), 1, MPI_INT, self.comm, &req),
                "allgather")
         with nogil:
             err = _poll(&req, 1, NULL, self.timeout)
         _check(err, "final exchange (lengths)")
-        cdef cnp.ndarray displs = cnp.PyArray_ZEROS(1, [size], cnp.NPY_INT32, 0)
-        cdef int total = 0
-        for i in range(size):
-            (<int*>cnp.PyArray_DATA(displs))[i] = total
-            total += (<int*>cnp.PyArray_DATA(lens))[i]
+        offsets, total = gather_layout([int(v) for v in lens])     # every rank raises alike
+        cdef cnp.ndarray displs = np.asarray(offsets, dtype=np.int32)
         cdef cnp.ndarray out = cnp.PyArray_ZEROS(1, [max(total, 1)], cnp.NPY_UINT8, 0)
         cdef const char* src = data
         _check(MPI_Iallgatherv(<void*>src, mine, MPI_BYTE, cnp.PyArray_DATA(out),
@@ -235,6 +236,25 @@ cdef class Link:
         _check(err, "final exchange")
         raw = bytes(out)
         return [raw[displs[i]:displs[i] + lens[i]] for i in range(size)]
+
+
+def gather_layout(lens):
+    """Each rank's offset in an allgather of byte strings of these lengths, and the total: in
+    Python integers, so a sum past 2 GiB cannot wrap into an undersized buffer. A negative length
+    (a rank whose string is longer than INT_MAX says -1) or a total past INT_MAX (MPI's int
+    displacements) is refused, naming the ranks, on every rank alike."""
+    bad = [r for r, v in enumerate(lens) if v < 0]
+    if bad:
+        raise ValueError(f"hvlite.ps: ranks {bad} have more than {INT_MAX} bytes to gather; "
+                         "MPI's counts are int")
+    offsets, total = [], 0
+    for v in lens:
+        offsets.append(total)
+        total += v
+    if total > INT_MAX:
+        raise ValueError(f"hvlite.ps: the gathered strings add up to {total} bytes, past "
+                         f"{INT_MAX} (MPI's displacements are int): gather less at a time")
+    return offsets, total
 
 
 def header(int kind, int64_t a=0, int64_t b=0, int64_t c=0):
