@@ -170,6 +170,12 @@ class Settings:
         "directly (cross-memory attach, and the peers' shared output arenas) instead of "
         "copying through the segment's slots, where the kernel allows it (tried at `init()`); "
         "`0` always goes through the slots.")
+    shm_ptracer: bool = _setting(
+        True, "HVLITE_SHM_PTRACER",
+        "Where Yama's ptrace scope is 1 (siblings may not attach to each other), let the node's "
+        "ranks attach for the direct path by `PR_SET_PTRACER_ANY` while a set uses it, undone "
+        "at shutdown ([security](security.md#least-privilege)); `0` never does, and the direct "
+        "path then runs only where the kernel allows it already.")
     shm_redundant_bytes: int = _setting(
         -1, "HVLITE_SHM_REDUNDANT_BYTES",
         "Up to this many bytes per segment every rank reduces all slots (one barrier) instead "
@@ -195,7 +201,7 @@ class Settings:
         and calibration (2: rank 0 also prints what it measured)."""
         calibrate = (2 if self.log_level in ("debug", "trace") else 1) if self.calibrate else 0
         return (self.shm, self.shm_segment_bytes, self.shm_redundant_bytes, self.probe, calibrate,
-                self.shm_direct)
+                self.shm_direct, self.shm_ptracer)
 
 
 # hvlite name -> Horovod's name for the same setting
@@ -328,6 +334,7 @@ def load(env=None):
         shm_segment_bytes=_int(env, "HVLITE_SHM_SEGMENT_BYTES", d.shm_segment_bytes, 4096, 1 << 30),
         shm_redundant_bytes=_int(env, "HVLITE_SHM_REDUNDANT_BYTES", d.shm_redundant_bytes, -1, 1 << 40),
         shm_direct=_bool(env, "HVLITE_SHM_DIRECT", d.shm_direct),
+        shm_ptracer=_bool(env, "HVLITE_SHM_PTRACER", d.shm_ptracer),
         cycle_time_ms=_nonneg(env, "HVLITE_CYCLE_TIME", d.cycle_time_ms),
         fusion_threshold=_int(env, "HVLITE_FUSION_THRESHOLD", d.fusion_threshold, 0, 1 << 40),
         fusion_tensor_limit=_int(env, "HVLITE_FUSION_TENSOR_LIMIT", d.fusion_tensor_limit, 1, 1 << 40),

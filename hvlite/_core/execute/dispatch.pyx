@@ -24,7 +24,7 @@ from hvlite._core.tuning.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS,
                                      size_class, cal_begin, cal_next, cal_done)
 from hvlite._core.shm.segment cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
-from hvlite._core.shm.cma cimport shm_direct_allreduce, direct_probe, OutMap
+from hvlite._core.shm.cma cimport shm_direct_allreduce, direct_probe, ptracer_hold, ptracer_release, OutMap
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -72,6 +72,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     enabled, seg, redundant_max, probe = options[:4]
     calibrate = options[4] if len(options) > 4 else 0
     direct = options[5] if len(options) > 5 else True
+    ptracer = options[6] if len(options) > 6 else True
     c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
     for i in range(CAL_SLOTS):
         c.cal.pick[i] = -1
@@ -88,12 +89,18 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     agreed = comm.allreduce(mine, op=MIN)
     c.shm_ok = agreed > 0
     c.direct_ok = False
+    c.ptracer_held = False
     if c.shm_ok:
         c.shm.seg = agreed      # also on single-rank nodes: their segments must match the others'
         if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
             c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MAX)
         if direct and nodes == 1 and c.shm.base != NULL:   # one node: the set is the node
+            ptracer_hold(ptracer)
+            c.ptracer_held = True
             c.direct_ok = comm.allreduce(direct_probe(&c.shm), op=MIN) == 1
+            if not c.direct_ok:
+                ptracer_release()
+                c.ptracer_held = False
     elif c.shm.base != NULL:
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
@@ -132,6 +139,9 @@ cdef void context_free(Context* c) noexcept nogil:
                 munmap(c.outs[r].map, c.outs[r].cap)
         free(c.outs)
         c.outs = NULL
+    if c.ptracer_held:
+        ptracer_release()
+        c.ptracer_held = False
     shm_close_area(&c.shm)
 
 

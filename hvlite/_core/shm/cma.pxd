@@ -14,3 +14,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                               ShmArea* a, const OutMap* maps) noexcept nogil
 # Collective over the node: 1 when this rank can read every peer's memory.
 cdef int direct_probe(ShmArea* a) noexcept nogil
+# A context that uses cross-memory attach holds this: the first hold opens the process to any
+# process of its user (PR_SET_PTRACER_ANY) where Yama's scope 1 requires it and `allowed`; the
+# last release closes it again.
+cdef void ptracer_hold(bint allowed) noexcept nogil
+cdef void ptracer_release() noexcept nogil

@@ -47,6 +47,12 @@ cdef extern from "<sys/uio.h>" nogil:
 cdef extern from "kernels/stream.h" nogil:
     void hv_stream_copy(char* dst, const char* src, size_t n)
 
+cdef extern from "<stdio.h>" nogil:
+    ctypedef struct FILE
+    FILE* fopen(const char* path, const char* mode)
+    int fscanf(FILE* f, const char* fmt, ...)
+    int fclose(FILE* f)
+
 cdef extern from "<sys/prctl.h>" nogil:
     int prctl(int option, unsigned long arg2, unsigned long arg3, unsigned long arg4,
               unsigned long arg5)
@@ -347,17 +353,57 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     return err
 
 
+# How many contexts use cross-memory attach, and whether this process opened itself to ptrace for
+# them (Open MPI's rule: only where Yama's scope needs it). Contexts come and go under the GIL.
+cdef int _ptracer_holds = 0
+cdef bint _ptracer_set = False
+
+
+cdef int yama_scope() noexcept nogil:
+    """Yama's ptrace scope (0 classic, 1 descendants only, 2 admin, 3 none), -1 without Yama."""
+    cdef int v = -1
+    cdef FILE* f = fopen(b"/proc/sys/kernel/yama/ptrace_scope", b"r")
+    if f == NULL:
+        return -1
+    if fscanf(f, b"%d", &v) != 1:
+        v = -1
+    fclose(f)
+    return v
+
+
+cdef void ptracer_hold(bint allowed) noexcept nogil:
+    global _ptracer_holds, _ptracer_set
+    _ptracer_holds += 1
+    # scope 1 lets only ancestors attach: the node's peers are siblings, so they need this; at
+    # 0 they may already, at 2 and 3 it would not help
+    if allowed and not _ptracer_set and yama_scope() == 1:
+        _ptracer_set = prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+
+
+cdef void ptracer_release() noexcept nogil:
+    global _ptracer_holds, _ptracer_set
+    if _ptracer_holds > 0:
+        _ptracer_holds -= 1
+    if _ptracer_holds == 0 and _ptracer_set:
+        prctl(PR_SET_PTRACER, 0, 0, 0, 0)
+        _ptracer_set = False
+
+
+def ptracer_state():
+    """(contexts holding, whether PR_SET_PTRACER is set, Yama's scope): for tests and docs."""
+    return _ptracer_holds, bool(_ptracer_set), yama_scope()
+
+
 cdef int direct_probe(ShmArea* a) noexcept nogil:
     """Collective over the node: 1 when this rank could read every peer's memory and write into
-    it. Lets any process of this user reach ours first (Yama's ptrace scope 1 allows only
-    ancestors)."""
+    it. The caller holds the ptracer (ptracer_hold) first: under Yama's scope 1 only ancestors
+    may reach this process otherwise."""
     cdef int parity = (a.epoch + 1) & 1, r, ok = 1
     cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
     cdef const int64_t* t
     cdef int64_t magic = 0x68766C69 + a.me, got
     cdef int64_t* seen = <int64_t*>calloc(a.L, 8)     # each peer writes its magic at its rank
     cdef iovec loc, rem
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0)
     s[0] = <int64_t>getpid()
     s[1] = <int64_t>(<uint64_t>&magic)
     s[2] = <int64_t>(<uint64_t>seen)
