@@ -103,7 +103,11 @@ class Runtime:
         """Stop the coordinator (a collective step: it finishes once every rank's coordinator
         has seen the stop, failing whatever is still pending), then free everything."""
         if self.timeline is not None:
-            self.timeline.stop()
+            try:
+                self.timeline.stop()
+            except OSError as e:        # shutdown goes on: the trace is cut short, and said so
+                print(f"hvlite: warning: {e.strerror}", file=sys.stderr, flush=True)
+            self.timeline = None
         global _lost
         self.closed = True
         states = self.registry.states()

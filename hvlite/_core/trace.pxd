@@ -36,6 +36,7 @@ cdef cppclass Recorder:
     unordered_map[string, int] tids
     int next_tid
     int64_t written
+    int err             # errno of the first write that failed (recording stopped then), or 0
 
 cdef void rec_init(Recorder* r) noexcept nogil
 cdef void rec_push(Recorder* r, TEvent& e) noexcept nogil

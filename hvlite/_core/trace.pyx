@@ -10,6 +10,7 @@ stop writes the closing bracket.
 """
 # distutils: language = c++
 from libc.stdio cimport fopen, fclose, fwrite, fflush, snprintf
+from libc.errno cimport errno, EIO
 from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -175,6 +176,20 @@ cdef void rec_item(Recorder* r, Item* it, Request* req, size_t nbytes) noexcept 
     rec_push(r, e)
 
 
+cdef bint _write(Recorder* r, const char* data, size_t n) noexcept nogil:
+    """Write and flush; on the first failure (a full disk, a size limit) remember errno and stop
+    recording: what follows would be lost too, and the trace stays whole up to here."""
+    if r.err:
+        return False
+    if fwrite(data, 1, n, r.f) != n or fflush(r.f) != 0:
+        r.err = errno or EIO
+        hv_lock(&r.mon)
+        r.on = False
+        hv_unlock(&r.mon)
+        return False
+    return True
+
+
 cdef class Writer:
     """The file side of a Recorder, driven by hvlite.timeline's writer thread."""
 
@@ -203,8 +218,14 @@ cdef class Writer:
         out.append(buf, k)
         _meta(self.r, out, 0, string(b"compute"))
         _meta(self.r, out, 1, string(b"coordinator"))
-        fwrite(out.data(), 1, out.size(), f)
-        fflush(f)
+        self.r.err = 0
+        _write(self.r, out.data(), out.size())
+        if self.r.err:
+            import os
+            fclose(f)
+            self.r.f = NULL
+            raise OSError(self.r.err, f"hvlite timeline: cannot write {path!r}: "
+                                      f"{os.strerror(self.r.err)}")
 
     def flush(self):
         """Format and write what was recorded since the last flush (without the GIL)."""
@@ -218,9 +239,8 @@ cdef class Writer:
             if self.r.f != NULL and batch.size():
                 for i in range(batch.size()):
                     _format(self.r, out, batch[i])
-                fwrite(out.data(), 1, out.size(), self.r.f)
-                fflush(self.r.f)
-                self.r.written += batch.size()
+                if _write(self.r, out.data(), out.size()):
+                    self.r.written += batch.size()
         return batch.size()
 
     def close(self):
@@ -233,8 +253,10 @@ cdef class Writer:
         cdef int k
         if self.r.f != NULL:
             k = snprintf(buf, 128, '{"name":"timeline_end","ph":"i","s":"g","ts":0,"pid":%d,"tid":1}\n]\n', self.r.pid)
-            fwrite(buf, 1, k, self.r.f)
-            fclose(self.r.f)
+            if not self.r.err:
+                _write(self.r, buf, k)
+            if fclose(self.r.f) != 0 and not self.r.err:
+                self.r.err = errno or EIO
             self.r.f = NULL
 
     def span(self, name, double start, double end, row=None, args=None):
@@ -249,6 +271,11 @@ cdef class Writer:
         e.start = start
         e.done = end
         rec_push(self.r, e)
+
+    @property
+    def error(self):
+        """The first failed write's errno (recording stopped there), or 0."""
+        return self.r.err
 
     @property
     def recording(self):

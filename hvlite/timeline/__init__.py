@@ -12,6 +12,7 @@ every 200 ms, so tracing costs the training loop little.
 """
 import contextlib
 import os
+import sys
 import threading
 
 from hvlite import runtime
@@ -56,13 +57,23 @@ class Timeline:
     def _run(self):
         while not self._stop.wait(FLUSH_SECONDS):
             self.writer.flush()
+            if self.writer.error:       # said now, raised at stop_timeline()
+                print(f"hvlite: warning: {self._failed()}", file=sys.stderr, flush=True)
+                return
+
+    def _failed(self):
+        return (f"writing the timeline {self.path!r} failed: {os.strerror(self.writer.error)}; "
+                "recording stopped, and the trace ends at its last complete event")
 
     def stop(self):
+        """Finish the file; an OSError if a write failed (the trace is cut short there)."""
         if self.active:
             self._stop.set()
             self.thread.join()
             self.writer.close()
             self.active = False
+            if self.writer.error:
+                raise OSError(self.writer.error, self._failed())
 
 
 def per_rank_path(path, rank):
@@ -83,9 +94,9 @@ def start_timeline(file_path, mark_cycles=False, all_ranks=False):
 def stop_timeline():
     """Finish the trace file (valid JSON from then on). Call it on every rank."""
     rt = runtime.current()
-    if rt.timeline is not None:
-        rt.timeline.stop()
-        rt.timeline = None
+    tl, rt.timeline = rt.timeline, None
+    if tl is not None:
+        tl.stop()
 
 
 @contextlib.contextmanager
