@@ -8,10 +8,11 @@ anyway (a torn write on a file system that reordered it, a copy cut short) is re
                                        the survivors): kept for the user, never read again
 
 A commit file is a header and a body: the line `hvlite-commit 1`, one line of JSON (the commit's
-metadata, the body's length in bytes and its SHA-256), then the body (hvlite/elastic/codec.py
+metadata, the body's length in bytes and its CRC-32), then the body (hvlite/elastic/codec.py
 says what it holds). `unframe` checks the length and the checksum before anything reads the
 body, so a torn or corrupted commit is skipped (with a warning naming the file), never offered to
-`agree()`.
+`agree()`. The checksum finds damage, not tampering (anyone who can write the file can compute
+it): what keeps a planted commit from running code is codec.py's restricted reader.
 
 Each rank writes its own copy: a temporary file beside the target, created with
 O_CREAT|O_EXCL|O_NOFOLLOW under a random name and mode 0600, fsync, rename over the target (a
@@ -23,13 +24,13 @@ data out, so it is tested without MPI. This module uses the standard library onl
 hvlite.errors).
 """
 import errno
-import hashlib
 import json
 import os
 import re
 import secrets
 import stat
 import warnings
+import zlib
 
 from hvlite.errors import HvliteError
 
@@ -164,9 +165,9 @@ def read_file(path):
 # -- the commit format ----------------------------------------------------------------------------
 
 def frame(meta, body):
-    """A commit file's chunks: the header (`meta` plus the body's length and SHA-256), then the
+    """A commit file's chunks: the header (`meta` plus the body's length and CRC-32), then the
     body (bytes-like)."""
-    head = dict(meta, length=len(body), sha256=hashlib.sha256(body).hexdigest())
+    head = dict(meta, length=len(body), crc32=zlib.crc32(body))
     line = json.dumps(head, sort_keys=True).encode()
     if len(line) > MAX_HEADER:
         raise ValueError(f"commit metadata of {len(line)} bytes: at most {MAX_HEADER}")
@@ -187,7 +188,7 @@ def unframe(data, source):
         raise CommitError(f"{source}: torn inside its header")
     try:
         head = json.loads(data[len(MAGIC):end])
-        length, digest = int(head["length"]), str(head["sha256"])
+        length, crc = int(head["length"]), int(head["crc32"])
     except (ValueError, TypeError, KeyError):
         raise CommitError(f"{source}: corrupted header") from None
     body = memoryview(data)[end + 1:]
@@ -196,8 +197,8 @@ def unframe(data, source):
                           f"announces" if len(body) < length else
                           f"{source}: corrupted: {len(body)} bytes after the header, which "
                           f"announces {length}")
-    if hashlib.sha256(body).hexdigest() != digest:
-        raise CommitError(f"{source}: corrupted: the body's SHA-256 is not the header's")
+    if zlib.crc32(body) != crc:
+        raise CommitError(f"{source}: corrupted: the body's CRC-32 is not the header's")
     return head, body
 
 

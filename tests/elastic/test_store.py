@@ -97,7 +97,7 @@ def test_a_torn_or_corrupted_commit_is_skipped_with_a_warning_naming_it(tmp_path
     flipped = bytearray(whole)
     flipped[-7] ^= 0x20
     path.write_bytes(bytes(flipped))
-    with pytest.warns(CommitWarning, match="corrupted: the body's SHA-256"):
+    with pytest.warns(CommitWarning, match="corrupted: the body's CRC-32"):
         assert s.intact_commits() == [1]
     path.write_bytes(whole + b"more")
     with pytest.warns(CommitWarning, match="corrupted: 1004 bytes"):
