@@ -7,7 +7,7 @@ commit: the digits MLP of examples/train_digits.py (64-128-64-10, 70 KB of float
 and the same MLP widened to 34 MB (64-2048-2048-2048-10), each with SGD momentum (so a commit
 holds twice the parameters' bytes), trained by DistributedOptimizer on the digits data. It
 times --steps steps without commits, then --commits commits, each split into its parts: the
-snapshot (copies in memory), the durable write (pickle, fsync, rename, fsync of the directory,
+snapshot (copies in memory), the durable write (encoding with its checksum, fsync, rename, fsync of the directory,
 on HVLITE_ELASTIC_DIR or a temporary directory) and the collective that ends it. Rank 0 prints
 medians; the commit's cost is the slowest rank's.
 
@@ -18,7 +18,6 @@ the relaunch (from the example's --events log), and the job's accuracy.
 import argparse
 import json
 import os
-import pickle
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ def bench_commit(args):
     import numpy as np
 
     import hvlite as hvd
+    from hvlite.elastic import codec
     from hvlite.elastic import store as store_mod
     from hvlite.optim import SGD, DistributedOptimizer
     from train_digits import MLP, load_data
@@ -87,7 +87,7 @@ def bench_commit(args):
             t0 = time.perf_counter()
             snap = state._capture()
             t1 = time.perf_counter()
-            store.write(10 ** 6, lambda f: pickle.dump({"meta": {}, "state": snap}, f, protocol=5))
+            store.write(10 ** 6, codec.encode({"commit": 10 ** 6}, snap))
             t2 = time.perf_counter()
             state.check_host_updates()
             t3 = time.perf_counter()

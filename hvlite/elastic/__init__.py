@@ -29,6 +29,7 @@ import sys
 from hvlite import runtime
 from hvlite.elastic.state import (CAUSE_ENV, DIR_ENV, NOTICE, RESTART_ENV, STOPPED, NumpyState,
                                   ObjectState, State, elastic_dir, restarts)
+from hvlite.elastic.store import CommitError, CommitWarning, UnsafeDirectoryError, write_atomic
 from hvlite.errors import HostsUpdatedInterrupt
 from hvlite.errors import InternalError as HorovodInternalError
 
@@ -69,8 +70,7 @@ def _stop_for_new_hosts(state):
     if rt.rank == 0:
         d = elastic_dir()
         if d is not None:
-            with open(os.path.join(d, STOPPED), "w") as f:
-                f.write(str(state.commit_id))
+            write_atomic(os.path.join(d, STOPPED), [str(state.commit_id).encode()])
         print(f"hvlite.elastic: hosts added: stopping at commit {state.commit_id} to relaunch "
               "on more ranks", file=sys.stderr, flush=True)
     runtime.shutdown()
@@ -79,4 +79,5 @@ def _stop_for_new_hosts(state):
 
 __all__ = ["State", "ObjectState", "NumpyState", "run", "HostsUpdatedInterrupt",
            "HorovodInternalError", "elastic_dir", "restarts", "DIR_ENV", "RESTART_ENV",
-           "CAUSE_ENV", "NOTICE", "STOPPED"]
+           "CAUSE_ENV", "NOTICE", "STOPPED", "CommitError", "CommitWarning",
+           "UnsafeDirectoryError"]

@@ -34,7 +34,9 @@ import tempfile
 import time
 
 from hvlite.elastic.state import CAUSE_ENV, DIR_ENV, NOTICE, RESTART_ENV, STOPPED
+from hvlite.elastic.store import private_dir, write_atomic
 from hvlite.run import cleanup, summary
+from hvlite.run.hosts import bad_host_name
 from hvlite.run.rank import STATUS_DIR_ENV
 
 RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -140,6 +142,9 @@ def parse_discovery(text):
             n = -1
         if not name or any(c.isspace() for c in name) or n < 0:
             raise ElasticError(f"discovery printed {raw.strip()!r}; expected 'host:slots'")
+        problem = bad_host_name(name)
+        if problem:
+            raise ElasticError(f"discovery printed {raw.strip()!r}: {problem}")
         hosts[name] = hosts.get(name, 0) + n
     return [(h, n) for h, n in hosts.items() if n > 0]
 
@@ -295,8 +300,11 @@ class Elastic:
                     self.stop_job()
                 elif not posted and min(sum(hosts.values()), self.args.max_np) > np_:
                     posted = True
-                    with open(os.path.join(self.directory, NOTICE), "w") as f:
-                        f.write(f"{sum(hosts.values())}\n")
+                    try:
+                        post_notice(self.directory, sum(hosts.values()))
+                    except OSError as e:
+                        self.log(f"cannot post the notice for new hosts: {e}")
+                        continue
                     self.log(f"discovery shows {sum(hosts.values())} slot(s), {np_} in use: "
                              "asking the job to stop at its next commit")
             rc = rc if rc >= 0 else 128 - rc
@@ -349,11 +357,9 @@ class Elastic:
         args = self.args
         given = args.elastic_dir or os.environ.get(DIR_ENV)
         try:
-            self.directory = os.path.abspath(given) if given else \
-                tempfile.mkdtemp(prefix="hvliterun-elastic-")
-            os.makedirs(self.directory, exist_ok=True)
+            self.directory = prepare_directory(given)
         except OSError as e:
-            print(f"hvliterun: cannot make the elastic directory {given!r}: {e.strerror}",
+            print(f"hvliterun: cannot use the elastic directory {given!r}: {e.strerror}",
                   file=sys.stderr)
             return 2
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -400,6 +406,20 @@ class Elastic:
         elif not given:
             shutil.rmtree(self.directory, ignore_errors=True)
         return status
+
+
+def prepare_directory(given):
+    """The commit directory: `given` (made with mode 0700 if missing), or a new one; one that is
+    not this user's own directory is refused (raises OSError, its strerror saying why)."""
+    if not given:
+        return tempfile.mkdtemp(prefix="hvliterun-elastic-")
+    return private_dir(os.path.abspath(given))
+
+
+def post_notice(directory, slots):
+    """Tell rank 0 that `slots` slots are available (the notice it looks for at each commit),
+    through a private temporary renamed into place: a link planted at the name is replaced."""
+    write_atomic(os.path.join(directory, NOTICE), [f"{slots}\n".encode()])
 
 
 def main(args, mpiexec, flavor, build_command, settings, static_hosts):

@@ -20,6 +20,7 @@ import tempfile
 
 from hvlite.config import ALGORITHMS
 from hvlite.run import cleanup, elastic, emulated, summary
+from hvlite.run.hosts import bad_host_name
 from hvlite.run.rank import STATUS_DIR_ENV
 
 RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -98,6 +99,9 @@ def parse_hosts(spec):
         name, _, slots = item.partition(":")
         if not name or any(c.isspace() for c in name) or (_ and not slots):
             raise LaunchError(f"hvliterun: bad host entry {item!r}; use host or host:slots")
+        problem = bad_host_name(name)
+        if problem:
+            raise LaunchError(f"hvliterun: bad host entry {item!r}: {problem}")
         try:
             n = int(slots) if slots else 1
         except ValueError:
@@ -123,7 +127,10 @@ def read_hostfile(path):
             line = f"{parts[0]}:{parts[1][len('slots='):]}"
         elif len(parts) != 1:
             raise LaunchError(f"hvliterun: bad hostfile line {line!r} in {path}")
-        hosts.extend(parse_hosts(line))
+        try:
+            hosts.extend(parse_hosts(line))
+        except LaunchError as e:
+            raise LaunchError(f"{e} (hostfile {path})") from None
     if not hosts:
         raise LaunchError(f"hvliterun: hostfile {path!r} lists no hosts")
     return hosts

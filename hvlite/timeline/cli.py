@@ -5,6 +5,7 @@
 """
 import argparse
 import sys
+import warnings
 
 from hvlite.timeline import report
 
@@ -20,10 +21,17 @@ def main(argv=None):
     g.add_argument("-o", "--output", default="timeline.png")
     args = p.parse_args(argv)
     try:
-        events = report.load_many(args.traces)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", report.TruncatedTraceWarning)
+            events = report.load_many(args.traces)
     except (OSError, ValueError) as e:
         print(f"hvlite-timeline: cannot read trace: {e}", file=sys.stderr)
         return 2
+    for w in caught:
+        if issubclass(w.category, report.TruncatedTraceWarning):
+            print(f"hvlite-timeline: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if args.cmd == "summary":
         print(report.summary_text(events, args.top))
     else:

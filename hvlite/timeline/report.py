@@ -1,18 +1,60 @@
 """Reading traces back: tolerant loading, per-tensor summaries, and the overlap figure."""
 import json
+import warnings
 from collections import defaultdict
 
 COMPUTE_TID = 0
 PHASES_AFTER_QUEUE = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")
 
 
+class TruncatedTraceWarning(UserWarning):
+    """A trace that ends before its closing ']' (a job that died): its complete events are
+    read, the rest is dropped."""
+
+
 def load(path):
-    """Events of a trace file; an unterminated array (a killed writer) loads too."""
-    with open(path) as f:
-        text = f.read().strip()
-    if not text.endswith("]"):
-        text = text.rstrip().rstrip(",") + "\n]"
-    return json.loads(text)
+    """Events of a trace file. A trace cut short (a job that died, even in the middle of an
+    event) loads up to its last complete event, with a TruncatedTraceWarning saying where it
+    ends; anything that is not a trace at all raises ValueError naming the file."""
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    events, end, why = _complete_events(text)
+    if why is None:
+        raise ValueError(f"{path}: not a trace hvlite can read (a JSON array of events)")
+    warnings.warn(f"{path}: {why} (at character {end} of {len(text)}): read its {len(events)} "
+                  "complete event(s) and dropped the rest; the job that wrote it may have died",
+                  TruncatedTraceWarning, stacklevel=2)
+    return events
+
+
+def _complete_events(text):
+    """(events, offset, why) of a trace array that does not parse whole: the events up to the
+    first one that does not parse, where that is, and why it stops (None: not a trace)."""
+    decoder = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text.startswith("[", i):
+        return [], i, None
+    i += 1
+    events = []
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text):
+            return events, i, "the trace ends without its closing ']'"
+        if text[i] == "]":                       # closed, but something after it is wrong
+            return events, i, "the trace has text after its closing ']'"
+        try:
+            event, after = decoder.raw_decode(text, i)
+        except ValueError:
+            return events, i, "the trace stops at an event cut short or damaged"
+        if not isinstance(event, dict):
+            return events, i, "the trace stops at an entry that is not an event"
+        events.append(event)
+        i = after
 
 
 def load_many(paths):

@@ -54,12 +54,12 @@ def test_states_under_mpiexec(mpirun, tmp_path):
 
 
 def test_torch_state_round_trip_in_process():
-    """TorchState's own part: the snapshot (copies), restore(), and a pickled commit loaded
-    into a new model and optimizer, as sync() does (under mpiexec: the elastic_long test)."""
+    """TorchState's own part: the snapshot (copies), restore(), and a commit (tensors as raw
+    bytes, read back by the restricted reader) loaded into a new model and optimizer, as sync()
+    does (under mpiexec: the elastic_long test)."""
     torch = pytest.importorskip("torch")
-    import pickle
-
     import hvlite.torch as hvd
+    from hvlite.elastic import codec
 
     def setup(seed):
         torch.manual_seed(seed)
@@ -82,7 +82,7 @@ def test_torch_state_round_trip_in_process():
     assert all(torch.equal(p, w) for p, w in zip(model.parameters(), want)) and state.epoch == 3
     model2, opt2 = setup(2)
     state2 = hvd.elastic.TorchState(model2, opt2, epoch=0)
-    state2._apply(pickle.loads(pickle.dumps(state._saved, protocol=5)))
+    state2._apply(codec.decode(b"".join(codec.encode({}, state._saved)))[1])
     assert all(torch.equal(p, w) for p, w in zip(model2.parameters(), want)) and state2.epoch == 3
     assert all(torch.equal(opt2.state[p2]["momentum_buffer"], opt.state[p]["momentum_buffer"])
                for p, p2 in zip(model.parameters(), model2.parameters()))

@@ -253,6 +253,10 @@ def test_discovery_output_and_allocation():
     for bad in ("a:x", "a b:2", ":2"):
         with pytest.raises(elastic.ElasticError, match="expected 'host:slots'"):
             elastic.parse_discovery(bad)
+    for bad, why in (("-oProxyCommand=x:2", "begins with '-'"), ("a/b", "holds '/'")):
+        with pytest.raises(elastic.ElasticError, match=f"discovery printed {bad!r}: .* is not a "
+                           f"host name \\(it {why}"):
+            elastic.parse_discovery(f"good:1\n{bad}\n")
     assert elastic.allocate([("a", 2), ("b", 2)], 3) == [("a", 2), ("b", 1)]
     assert elastic.allocate([("a", 2)], 2) == [("a", 2)]
     assert elastic.launch_path("t.json", 2) == "t.launch2.json"
@@ -262,6 +266,36 @@ def test_discovery_output_and_allocation():
     assert elastic.describe(dict(rec, signal="SIGKILL", first_error=None)) == \
         "rank 1 on h, killed by SIGKILL"
     assert elastic.describe(None) is None
+
+
+def test_the_notice_and_the_directory_are_private(tmp_path, monkeypatch):
+    import stat
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    d = elastic.prepare_directory(str(tmp_path / "commits"))
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    os.symlink(victim, os.path.join(d, elastic.NOTICE))
+    elastic.post_notice(d, 5)
+    st = os.lstat(os.path.join(d, elastic.NOTICE))
+    assert victim.read_text() == "precious" and stat.S_ISREG(st.st_mode) and \
+        stat.S_IMODE(st.st_mode) == 0o600 and open(os.path.join(d, elastic.NOTICE)).read() == "5\n"
+    real = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+    with pytest.raises(OSError, match="belongs to user id .* not to this user"):
+        elastic.prepare_directory(d)
+
+
+def test_a_directory_of_another_user_is_refused_by_hvliterun(tmp_path):
+    if os.geteuid() == 0:
+        os.chown(tmp_path, 65534, 65534)         # nobody's
+        d = tmp_path
+    else:
+        d = "/"                                  # root's
+    out = run_bounded(HVLITERUN + ["--elastic", "-np", "1", "--elastic-dir", str(d),
+                                   sys.executable, "-c", "pass"], 60, "hvliterun", cwd=None,
+                      merge_stderr=False)
+    assert out[0] == 2 and "not to this user" in out[2] and \
+        f"cannot use the elastic directory {str(d)!r}" in out[2], out
 
 
 def test_history_check_can_fail():

@@ -23,9 +23,27 @@ def run(argv, timeout=120):
 
 def test_parse_hosts():
     assert parse_hosts("a:4,b:2,c") == [("a", 4), ("b", 2), ("c", 1)]
+    assert parse_hosts("node-1.example.org:2,10.0.0.7,gpu_3") == \
+        [("node-1.example.org", 2), ("10.0.0.7", 1), ("gpu_3", 1)]
     for bad in ("a:x", "a:0", ":3", "a:", "a b:2"):
         with pytest.raises(LaunchError, match="hvliterun"):
             parse_hosts(bad)
+
+
+@pytest.mark.parametrize("entry,why", [
+    ("-launcher-exec=/tmp/x:2", "begins with '-'"), ("--help", "begins with '-'"),
+    (".hidden", "begins with '.'"), ("a;b", "holds ';'"), ("a/b:1", "holds '/'"),
+    ("x" * 254, "is longer than 253"), ("$(id)", "holds '$'")])
+def test_what_is_not_a_host_name_is_refused_naming_the_entry(tmp_path, entry, why):
+    name = entry.split(":")[0]
+    with pytest.raises(LaunchError, match=re.escape(f"bad host entry {entry!r}: {name!r} is not "
+                                                    f"a host name (it {why}")):
+        parse_hosts(f"good:2,{entry}")
+    f = tmp_path / "hosts"
+    f.write_text(f"good slots=2\n{name} slots=1\n")
+    with pytest.raises(LaunchError, match=re.escape(f"is not a host name (it {why}")) as e:
+        read_hostfile(f)
+    assert str(f) in str(e.value)
 
 
 def test_hostfile(tmp_path):
@@ -69,6 +87,10 @@ def test_launch_errors(argv, fragment):
     (["-np", "0", "python"], "positive integer"),
     (["-np", "two", "python"], "positive integer"),
     (["-np", "2", "-H", "a:x", "python"], "bad slot count"),
+    (["-np", "2", "-H=-launcher-exec=/nonexistent/x:2", "python"],
+     "bad host entry '-launcher-exec=/nonexistent/x:2': '-launcher-exec=/nonexistent/x' is not a "
+     "host name (it begins with '-'"),
+    (["--elastic", "-np", "2", "-H=a:1,-x:1", "python"], "'-x' is not a host name"),
     (["-np", "2", "--mpiexec", "/nonexistent/mpiexec", "python"], "not found"),
 ])
 def test_cli_errors_exit_nonzero_with_a_message(argv, fragment):

@@ -1,6 +1,7 @@
 """The timeline report on hand-made traces whose answers are known."""
 import json
 import os
+import warnings
 
 import pytest
 
@@ -51,9 +52,58 @@ def test_unterminated_trace_loads(tmp_path):
     p = tmp_path / "t.json"
     body = ",\n".join(json.dumps(e) for e in hand_made())
     p.write_text("[\n" + body + ",\n")                 # as a killed writer leaves it
-    assert report.load(p) == hand_made()
+    with pytest.warns(report.TruncatedTraceWarning, match="without its closing"):
+        assert report.load(p) == hand_made()
     p.write_text("[\n" + body + "\n]\n")
-    assert report.load(p) == hand_made()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # a whole trace loads without a word
+        assert report.load(p) == hand_made()
+
+
+def test_a_trace_cut_anywhere_loads_up_to_its_last_complete_event(tmp_path):
+    """Cut at every offset (a writer killed in the middle of an event): the events whose text
+    is whole load, with a warning naming the file; nothing raises."""
+    events = hand_made()
+    text = "[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n"
+    ends, at = [], 2
+    for e in events:
+        at += len(json.dumps(e))
+        ends.append(at)
+        at += 2
+    p = tmp_path / "cut.json"
+    for cut in range(1, len(text) - 2):               # up to the closing ']'
+        p.write_text(text[:cut])
+        want = sum(1 for end in ends if end <= cut)
+        with pytest.warns(report.TruncatedTraceWarning, match=f"{p}: the trace") as caught:
+            got = report.load(p)
+        assert got == events[:want], cut
+        assert f"read its {want} complete event(s)" in str(caught[0].message)
+    p.write_text(text[:-1])                           # only the last newline gone: whole
+    assert report.load(p) == events
+
+
+def test_a_damaged_event_stops_the_load_there(tmp_path):
+    events = hand_made()
+    lines = [json.dumps(e) for e in events]
+    lines[3] = lines[3][:20] + "#" + lines[3][21:]
+    p = tmp_path / "damaged.json"
+    p.write_text("[\n" + ",\n".join(lines) + "\n]\n")
+    with pytest.warns(report.TruncatedTraceWarning, match="cut short or damaged"):
+        assert report.load(p) == events[:3]
+    p.write_text("not a trace")
+    with pytest.raises(ValueError, match=f"{p}: not a trace hvlite can read"):
+        report.load(p)
+
+
+def test_cli_reads_a_cut_trace_and_says_so(tmp_path, capsys):
+    text = "[\n" + ",\n".join(json.dumps(e) for e in hand_made())
+    p = tmp_path / "t.json"
+    p.write_text(text[:len(text) - 30])               # inside the last event
+    assert main(["summary", str(p)]) == 0
+    captured = capsys.readouterr()
+    assert "grad.w" in captured.out
+    assert f"hvlite-timeline: warning: {p}: the trace stops at an event cut short" in captured.err
+    assert f"read its {len(hand_made()) - 1} complete event(s)" in captured.err
 
 
 def test_cli_summary_and_plot(tmp_path, capsys):
