@@ -92,8 +92,9 @@ def test_shm_settings():
               "HVLITE_ALPHA_SHM": "2e-7", "HVLITE_BETA_MEM": "1e-10"})
     assert (s.allreduce_algorithm, s.shm, s.shm_segment_bytes, s.shm_redundant_bytes) == \
         ("shm", False, 65536, 0)
-    assert s.context_args() == (False, 65536, 0, True, 1, True)
+    assert s.context_args() == (False, 65536, 0, True, 1, True, True)
     assert load({"HVLITE_SHM_DIRECT": "0"}).context_args()[5] is False
+    assert load({"HVLITE_SHM_PTRACER": "0"}).context_args()[6] is False
     assert load({"HVLITE_CALIBRATE": "0"}).context_args()[4] == 0
     assert load({"HVLITE_LOG_LEVEL": "debug"}).context_args()[4] == 2
     with pytest.raises(ConfigError, match="HVLITE_CALIBRATE.*boolean"):

@@ -86,8 +86,10 @@ cdef void get_meta(Reader* r, Meta* m) noexcept nogil:
             r.bad = True
     m.error = get_str(r)
     m.apart = 1 if get_i64(r) != 0 else 0
-    if not (0 <= m.collective < C_COUNT and 0 <= m.dtype < DT_COUNT and 0 <= m.op < OP_COUNT
-            and 0 <= m.algorithm < ALG_COUNT):
+    # codes index the tables; a poisoned request (error set) carries whatever its rank could
+    # tell (dtype -1: none hvlite knows) and is never run
+    if m.error.empty() and not (0 <= m.collective < C_COUNT and 0 <= m.dtype < DT_COUNT
+                                and 0 <= m.op < OP_COUNT and 0 <= m.algorithm < ALG_COUNT):
         r.bad = True
 
 
