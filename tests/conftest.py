@@ -25,6 +25,30 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
+_FLAVORS = {}
+
+
+def mpiexec_flavor(mpiexec):
+    """"openmpi" for Open MPI's launcher (`make test-openmpi`), else "mpich" (hydra: MPICH,
+    Intel MPI): the two spell their options differently."""
+    if mpiexec not in _FLAVORS:
+        try:
+            out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+            text = (out.stdout + out.stderr).lower()
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        _FLAVORS[mpiexec] = "openmpi" if "open mpi" in text or "open-mpi" in text else "mpich"
+    return _FLAVORS[mpiexec]
+
+
+def launch_prefix(mpiexec, n):
+    """mpiexec -n N with each output line tagged by its rank (hydra: `[r] `), more ranks than
+    cores allowed."""
+    if mpiexec_flavor(mpiexec) == "openmpi":
+        return [mpiexec, "-n", str(n), "--oversubscribe", "--output", "tag"]
+    return [mpiexec, "-n", str(n), "-prepend-rank"]
+
+
 def _descendants(root):
     """Every process below `root` (mpiexec's proxies put each rank in a group of its own)."""
     children = {}
@@ -161,7 +185,7 @@ def run_mpi(n, target, *args, env=None, timeout=120, pytest_module=True, rank_en
                 cmd += ["-env", k, str(v)]
             cmd += inner + list(args)
     else:
-        cmd = [mpiexec, "-n", str(n), "-prepend-rank"] + inner + list(args)
+        cmd = launch_prefix(mpiexec, n) + inner + list(args)
     full_env = dict(os.environ)
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env["PYTHONFAULTHANDLER"] = "1"           # a hung rank's stacks, when the timeout hits

@@ -30,3 +30,25 @@ def test_every_subpackage_is_in_the_distribution():
     found = {os.path.relpath(d, root).replace(os.sep, ".")
              for d, _, files in os.walk(os.path.join(root, "hvlite")) if "__init__.py" in files}
     assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
+
+
+def _make_dry_run(*args):
+    """The commands `make` would run from scratch (-n -B), for a venv that does not exist."""
+    import os
+    import shutil
+    import pytest
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(["make", "-n", "-B", *args, "VENV=build/dry-run-venv"], cwd=root,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_demo_installs_no_torch_and_make_test_a_pinned_one():
+    assert "torch" not in _make_dry_run("demo")
+    test = _make_dry_run("test")
+    assert '"torch==' in test and "--index-url" not in test
+    assert "--index-url https://example.invalid/cpu" in _make_dry_run(
+        "test", "TORCH_INDEX=https://example.invalid/cpu")
