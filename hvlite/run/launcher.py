@@ -136,9 +136,34 @@ def read_hostfile(path):
     return hosts
 
 
+def loaded_libmpi():
+    """The MPI library files hvlite's core has loaded in this process (from /proc/self/maps):
+    the core binds to its build's libmpi, or to the one mpi4py found (hvlite/_core)."""
+    try:
+        import hvlite._core  # noqa: F401 - loads the MPI library, starts nothing
+        with open("/proc/self/maps") as f:
+            paths = {line.rsplit(None, 1)[-1] for line in f if "/libmpi" in line}
+    except (ImportError, OSError):
+        return []
+    return sorted(p for p in paths if ".so" in os.path.basename(p))
+
+
+def beside_libmpi():
+    """The launcher of the MPI hvlite runs on: <prefix>/bin/mpiexec for <prefix>/lib*/libmpi.so
+    (an MPI wheel's or a system MPI's own tree)."""
+    for lib in loaded_libmpi():
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(lib)))
+        for name in ("mpiexec", "mpirun"):
+            cand = os.path.join(prefix, "bin", name)
+            if os.access(cand, os.X_OK):
+                return cand
+    return None
+
+
 def find_mpiexec(explicit=None):
-    """--mpiexec, else $HVLITE_MPIEXEC, else the one next to this Python, else PATH's.
-    One that is asked for by name but missing is an error, never silently replaced."""
+    """--mpiexec, else $HVLITE_MPIEXEC, else the one next to this Python, else the one of the
+    MPI library hvlite runs on, else PATH's. One that is asked for by name but missing is an
+    error, never silently replaced."""
     for how, cand in (("--mpiexec", explicit), ("HVLITE_MPIEXEC", os.environ.get("HVLITE_MPIEXEC"))):
         if cand:
             found = cand if os.path.exists(cand) else shutil.which(cand)
@@ -148,7 +173,7 @@ def find_mpiexec(explicit=None):
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if os.path.exists(here):
         return here
-    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    found = beside_libmpi() or shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
         raise LaunchError("hvliterun: no mpiexec found (install hvlite with `make install`, put "
                           "your MPI's mpiexec on PATH, or pass --mpiexec)")
@@ -246,12 +271,25 @@ def _safe(fn):
         return "none found"
 
 
+def own_python(command, remote):
+    """A bare `python`/`python3` runs hvliterun's own interpreter (the one hvlite is installed
+    in), not whichever PATH finds first: `.venv/bin/hvliterun -np 2 python train.py` works
+    without an activated venv. Across hosts the command is left as given (a path may differ
+    there)."""
+    if command and command[0] in ("python", "python3") and not remote:
+        found = shutil.which(command[0])
+        if found is None or os.path.realpath(found) != os.path.realpath(sys.executable):
+            return [sys.executable] + list(command[1:])
+    return command
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv)
         if args.check_build:
             return check_build()
+        args.command = own_python(args.command, bool(args.hosts or args.hostfile))
         mpiexec = find_mpiexec(args.mpiexec)
         flavor = mpi_flavor(mpiexec)
         if args.elastic:            # relaunches on failure: hvlite/run/elastic.py

@@ -150,3 +150,37 @@ def test_real_names():
     from hvlite.runtime import real_names
     assert real_names("rd < 4 KiB <= shm", 1) == "rd < 4 KiB <= shm"
     assert real_names("rd < 4 KiB <= shm", 2) == "rd < 4 KiB <= hierarchical over shm"
+
+
+def test_a_bare_python_runs_hvliteruns_own_interpreter(monkeypatch, tmp_path):
+    from hvlite.run.launcher import own_python
+    monkeypatch.setenv("PATH", str(tmp_path))           # no python on PATH at all
+    assert own_python(["python", "train.py", "-x"], False) == [sys.executable, "train.py", "-x"]
+    assert own_python(["python3", "t.py"], False) == [sys.executable, "t.py"]
+    assert own_python(["python", "t.py"], True) == ["python", "t.py"]      # across hosts: as given
+    assert own_python(["/usr/bin/env", "python"], False) == ["/usr/bin/env", "python"]
+    (tmp_path / "python").symlink_to(sys.executable)     # PATH's python is this one: unchanged
+    assert own_python(["python", "t.py"], False) == ["python", "t.py"]
+
+
+def test_mpiexec_beside_the_mpi_library_hvlite_runs_on(monkeypatch, tmp_path):
+    from hvlite.run import launcher
+    prefix = tmp_path / "mpi"
+    (prefix / "lib").mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    (prefix / "lib" / "libmpi.so.40").write_bytes(b"")
+    exe = prefix / "bin" / "mpiexec"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(launcher, "loaded_libmpi", lambda: [str(prefix / "lib" / "libmpi.so.40")])
+    monkeypatch.setattr(launcher.sys, "executable", str(tmp_path / "elsewhere" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("HVLITE_MPIEXEC", raising=False)
+    assert launcher.find_mpiexec() == str(exe)
+    assert launcher.beside_libmpi() == str(exe)
+
+
+def test_the_core_reports_the_mpi_library_it_loaded():
+    from hvlite.run.launcher import loaded_libmpi
+    libs = loaded_libmpi()
+    assert libs and all("libmpi" in lib for lib in libs), libs
