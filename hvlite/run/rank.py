@@ -14,7 +14,9 @@ as the child did: with its exit code, or killed by the same signal, so mpiexec s
 The first error line of a rank: the line that ends the first Python traceback on its stderr (the
 first unindented line after `Traceback (most recent call last):`, e.g. `ValueError: boom`);
 without a traceback, the first line that matches ERROR_PATTERN (a word ending in `Error` or
-`Exception`, `error:`, `ERROR`, `FATAL`, `Fatal error`, `Segmentation fault`, `Abort`).
+`Exception`, `error:`, `ERROR`, `FATAL`, `Fatal error`, `Segmentation fault`, `Abort`, an OS
+error such as Python's `can't open file ...: [Errno 2] No such file or directory`, a shell's
+`command not found`, `Permission denied`).
 
 A rank that exits with status 0 while hvlite is still running in it (os._exit(0), say: no
 shutdown(), no MPI_Finalize) would end the job with status 0 and its peers without a word; hvlite
@@ -36,7 +38,8 @@ import time
 STATUS_DIR_ENV = "HVLITE_RUN_STATUS_DIR"
 TRACEBACK = "Traceback (most recent call last):"
 ERROR_PATTERN = re.compile(r"\w(Error|Exception)\b|\berror:|\bERROR\b|\bFATAL\b|Fatal error"
-                           r"|Segmentation fault|\bAbort")
+                           r"|Segmentation fault|\bAbort|\[Errno \d+\]|No such file or directory"
+                           r"|command not found|Permission denied")
 MAX_LINE = 500                  # characters of the first error line kept in the record
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGTSTP")
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",

@@ -211,6 +211,10 @@ def test_first_error_line_rule():
         "Fatal error in PMPI_Allreduce: Other MPI error"
     assert rank.first_error_line("hvlite.errors.MPIError: lost\n") == "hvlite.errors.MPIError: lost"
     assert rank.first_error_line("all fine\nno errors found\n") is None
+    # a script that is not there, a command that is not there: the OS's words are the error
+    missing = "/venv/bin/python: can't open file '/w/train.py': [Errno 2] No such file or directory\n"
+    assert rank.first_error_line(missing) == missing.strip()
+    assert rank.first_error_line("sh: 1: trian.py: command not found\n") == "sh: 1: trian.py: command not found"
     assert rank.first_error_line("x" * 2000 + "Error: long")[:10] == "x" * 10
     assert len(rank.first_error_line("x" * 2000 + "Error: long")) == rank.MAX_LINE
 
