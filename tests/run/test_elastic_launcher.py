@@ -11,6 +11,7 @@ kept --elastic-dir) are marked elastic_long: `pytest -m elastic_long tests/run`.
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 
@@ -314,3 +315,15 @@ def test_history_check_can_fail():
             ok[:-3] + [{"event": "step", "launch": 1, "step": 2}] * 2 + ok[-1:]):
         with pytest.raises(AssertionError):
             check_history(broken, total=4)
+
+
+def test_the_shipped_discovery_script_speaks_hvliteruns_format(tmp_path):
+    """docs/elastic.md and the README point at examples/hosts.sh: it must run and parse."""
+    from hvlite.run.elastic import parse_discovery
+    script = os.path.join(ROOT, "examples", "hosts.sh")
+    out = subprocess.run([script], capture_output=True, text=True, timeout=20, env={"PATH": "/bin:/usr/bin"})
+    assert out.returncode == 0 and parse_discovery(out.stdout) == [("localhost", 2)], out
+    (tmp_path / "slots").write_text("3\n")
+    out = subprocess.run([script], capture_output=True, text=True, timeout=20,
+                         env={"PATH": "/bin:/usr/bin", "HOSTS_SLOTS_FILE": str(tmp_path / "slots")})
+    assert parse_discovery(out.stdout) == [("localhost", 3)], out
