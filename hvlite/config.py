@@ -419,12 +419,41 @@ OTHER_VARIABLES = (
 # Prefixes of variables that belong to the test suite, not to hvlite.
 _OTHER_PREFIXES = ("HVLITE_TEST_",)
 
+# Horovod's variables that have no meaning here, and why: said as such, not as a misspelling
+_GPU_OPS = ("device arrays go through hvlite's own device path, staged through host memory or "
+            "to a CUDA-aware MPI (docs/gpu.md); there is no NCCL or GPU-operations choice")
+IGNORED_HOROVOD = {
+    "HOROVOD_GPU_OPERATIONS": _GPU_OPS, "HOROVOD_GPU_ALLREDUCE": _GPU_OPS,
+    "HOROVOD_GPU_ALLGATHER": _GPU_OPS, "HOROVOD_GPU_BROADCAST": _GPU_OPS,
+    "HOROVOD_GPU_ALLTOALL": _GPU_OPS, "HOROVOD_GPU_REDUCESCATTER": _GPU_OPS,
+    "HOROVOD_NUM_NCCL_STREAMS": _GPU_OPS, "HOROVOD_NCCL_HOME": _GPU_OPS,
+    "HOROVOD_BATCH_D2D_MEMCOPIES": _GPU_OPS, "HOROVOD_ENABLE_XLA_OPS": _GPU_OPS,
+    "HOROVOD_CPU_OPERATIONS": "CPU collectives are always hvlite's own algorithms over MPI "
+                              "(HVLITE_ALLREDUCE_ALGORITHM picks among them); there is no Gloo or "
+                              "oneCCL choice",
+    "HOROVOD_CONTROLLER": "the controller is always MPI",
+    "HOROVOD_WITH_MPI": "a build option of Horovod; hvlite is always built with MPI",
+    "HOROVOD_WITHOUT_MPI": "a build option of Horovod; hvlite is always built with MPI",
+    "HOROVOD_WITH_GLOO": "a build option of Horovod; hvlite has no Gloo",
+    "HOROVOD_WITHOUT_GLOO": "a build option of Horovod; hvlite has no Gloo",
+    "HOROVOD_WITH_PYTORCH": "a build option of Horovod; hvlite.torch needs none",
+    "HOROVOD_WITH_TENSORFLOW": "a build option of Horovod; hvlite has no TensorFlow layer",
+    "HOROVOD_WITHOUT_TENSORFLOW": "a build option of Horovod",
+    "HOROVOD_WITHOUT_MXNET": "a build option of Horovod", "HOROVOD_WITH_MXNET": "a build option of Horovod",
+}
+
 
 def known_variables():
     """Every HVLITE_ / HOROVOD_ variable hvlite reads."""
     names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
     names |= set(ALIASES.values()) | {"HOROVOD_STALL_CHECK_DISABLE"}
     return names | {name for name, _, _ in OTHER_VARIABLES}
+
+
+def ignored_horovod_variables(env=None):
+    """[(name, why)] for Horovod's variables set here that have no meaning in hvlite."""
+    env = os.environ if env is None else env
+    return [(name, IGNORED_HOROVOD[name]) for name in sorted(env) if name in IGNORED_HOROVOD]
 
 
 def unknown_variables(env=None):
@@ -435,7 +464,7 @@ def unknown_variables(env=None):
     out = []
     for name in sorted(env):
         if not name.startswith(("HVLITE_", "HOROVOD_")) or name in known or \
-                name.startswith(_OTHER_PREFIXES):
+                name.startswith(_OTHER_PREFIXES) or name in IGNORED_HOROVOD:
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         out.append((name, close[0] if close else None))
@@ -529,7 +558,10 @@ def markdown():
     out += ["", "## Horovod's variables", "",
             "Accepted under Horovod's names: " +
             ", ".join(f"`{alias}`" for alias in ALIASES.values()) +
-            ", and `HOROVOD_STALL_CHECK_DISABLE`."]
+            ", and `HOROVOD_STALL_CHECK_DISABLE`. These of Horovod's mean nothing here; `init()` "
+            "says so when one is set (rank 0, a warning with the reason):", "",
+            "| variable | why hvlite ignores it |", "|---|---|"]
+    out += [f"| `{name}` | {_cell(why)} |" for name, why in sorted(IGNORED_HOROVOD.items())]
     out += ["", "## Read outside the settings", "",
             "| variable | read by | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | {_cell(where)} | {_cell(doc)} |" for name, where, doc in OTHER_VARIABLES]

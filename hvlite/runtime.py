@@ -319,6 +319,9 @@ def init(comm=None, process_sets=None):
             hint = f"; did you mean {close}?" if close else ""
             warnings.warn(f"hvlite: {name} is set but hvlite does not read it{hint}",
                           stacklevel=3)
+        for name, why in _config.ignored_horovod_variables():
+            warnings.warn(f"hvlite: {name} is Horovod's and means nothing here: {why}",
+                          stacklevel=3)
     static = process_sets if not isinstance(process_sets, str) else None
     _current = rt = Runtime(comm, settings)
     rt.pid = os.getpid()

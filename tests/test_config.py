@@ -154,3 +154,13 @@ def test_unknown_variables_are_named_with_the_closest_known_one():
     assert unknown_variables(env) == [("HOROVOD_FUSION_THRESHOLDS", "HOROVOD_FUSION_THRESHOLD"),
                                       ("HVLITE_QQQQQQQQQQQQQQQQ", None),
                                       ("HVLITE_SEGMENT_BYTE", "HVLITE_SEGMENT_BYTES")]
+
+
+def test_horovods_own_variables_that_mean_nothing_here_say_why():
+    from hvlite.config import ignored_horovod_variables, unknown_variables
+    env = {"HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_CPU_OPERATIONS": "gloo",
+           "HOROVOD_FUSION_THRESHOLDS": "1"}
+    assert [n for n, _ in unknown_variables(env)] == ["HOROVOD_FUSION_THRESHOLDS"]
+    why = dict(ignored_horovod_variables(env))
+    assert sorted(why) == ["HOROVOD_CPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS"]
+    assert "device path" in why["HOROVOD_GPU_OPERATIONS"] and "Gloo" in why["HOROVOD_CPU_OPERATIONS"]
