@@ -20,8 +20,9 @@ def _find_mpi():
         from mpi4py import MPI
         found = MPI.Get_library_version().splitlines()[0].strip()
     except Exception as e:      # noqa: BLE001 - mpi4py found no MPI either: say what to do
+        tried = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ImportError(
-            f"hvlite needs an MPI library and none was found ({first}; mpi4py: {e}). Install one: "
+            f"hvlite needs an MPI library and none was found ({first}; mpi4py: {tried}). Install one: "
             "`pip install mpich` (or `pip install impi-rt`), or load your cluster's MPI "
             "(its module, or LD_LIBRARY_PATH to its lib/)") from None
     try:
