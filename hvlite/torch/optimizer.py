@@ -12,7 +12,9 @@ from contextlib import contextmanager
 import torch
 
 import hvlite as _hv
+from hvlite._core.trace import now as _now
 from hvlite.ops import Adasum, Average
+from hvlite.timeline import record_compute as _record_compute
 from hvlite.torch import _bridge as B
 from hvlite.torch.compression import Compression
 from hvlite.torch.mpi_ops import (allreduce_async_, global_process_set, grouped_allreduce_async_,
@@ -91,6 +93,7 @@ class _DistributedMixin:
                 self._group_count[grp] = 0
                 for p in grp:
                     self._group_of[p] = grp
+        self._compute_t0 = None         # when this step's compute began (for the timeline)
         self._hooks = []
         if getattr(process_set, "included", lambda: True)():
             self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook())
@@ -144,6 +147,8 @@ class _DistributedMixin:
 
     def _make_hook(self):
         def hook(p):
+            if self._compute_t0 is None:        # the first step: compute seen from backward on
+                self._compute_t0 = _now()
             if p in self._handles and self._handles[p] is not None and self._delay[p] <= 0:
                 raise AssertionError(
                     "gradients were computed more than backward_passes_per_step times before "
@@ -168,6 +173,11 @@ class _DistributedMixin:
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those not started: parameters this
         step did not reach, or that are still accumulating) and put the results in .grad."""
+        # the timeline's compute span: from the last step's end (forward and backward ran since,
+        # with the gradients' all-reduces under way) to here, where waiting begins
+        if self._compute_t0 is not None:
+            _record_compute(self._compute_t0, _now(), "compute (forward, backward)")
+            self._compute_t0 = None
         if not getattr(self.process_set, "included", lambda: True)():
             self._synchronized = True
             return
@@ -219,7 +229,10 @@ class _DistributedMixin:
                               "optimizer.synchronize() in your code.", UserWarning)
             self.synchronize()
         self._synchronized = False
-        return self._hvd_base.step(self, closure)
+        try:
+            return self._hvd_base.step(self, closure)
+        finally:
+            self._compute_t0 = _now()       # the next step's compute starts here
 
     def zero_grad(self, set_to_none=True):
         if self._handles:
