@@ -71,6 +71,14 @@ def is_communication(e):
         name.endswith("_ALLREDUCE") or name.startswith("MPI_") or name in PHASES_AFTER_QUEUE)
 
 
+def is_operation(e):
+    """A collective's own record on its tensor's row (args name the tensor): not a negotiation
+    phase, and not a compression span (COMPRESS_<METHOD>: the compressor's work on the same
+    row, before and after the all-reduce it belongs to)."""
+    name = e.get("name", "")
+    return "tensor" in e.get("args", {}) and not name.startswith(("NEGOTIATE_", "COMPRESS_"))
+
+
 def _union(intervals):
     out = []
     for a, b in sorted(intervals):
@@ -131,7 +139,7 @@ def tensors(events):
         tensor = names.get((e["pid"], e["tid"]), str(e["tid"]))
         r = rows[tensor]
         name = e["name"]
-        if "tensor" in e.get("args", {}) and not name.startswith("NEGOTIATE_"):
+        if is_operation(e):
             r["op"], r["count"] = name, r["count"] + 1
             r["bytes"] = e["args"].get("bytes", 0)
         elif name.startswith("NEGOTIATE_"):
@@ -151,7 +159,7 @@ def per_op(events):
     Fused tensors share one interval, so unions (not sums) give the time."""
     kinds = {}
     for e in events:
-        if e.get("ph") == "X" and "tensor" in e.get("args", {}) and not e["name"].startswith("NEGOTIATE_"):
+        if e.get("ph") == "X" and is_operation(e):
             kinds.setdefault((e["pid"], e["tid"]), e["name"])
     count = defaultdict(int)
     intervals = defaultdict(list)
@@ -161,7 +169,7 @@ def per_op(events):
         op = kinds.get((e["pid"], e["tid"]))
         if op is None:
             continue
-        if "tensor" in e.get("args", {}) and not e["name"].startswith("NEGOTIATE_"):
+        if is_operation(e):
             count[op] += 1
         elif is_communication(e):
             intervals[(op, e["pid"])].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))

@@ -121,3 +121,19 @@ def test_cli_summary_and_plot(tmp_path, capsys):
 def test_cli_reports_unreadable_file(tmp_path, capsys):
     assert main(["summary", str(tmp_path / "missing.json")]) == 2
     assert "cannot read trace" in capsys.readouterr().err
+
+
+def test_compressed_allreduces_count_as_allreduces():
+    """A compressed all-reduce's row holds its COMPRESS_<METHOD> span before the collective:
+    the tables count the all-reduce once, as an all-reduce, and the span is not communication."""
+    meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 2, "args": {"name": "g"}}]
+    events = meta + [
+        x("COMPRESS_FP16", 0, 20, tensor="g", method="fp16"),
+        x("ALLREDUCE", 20, 50, tensor="g", bytes=32), x("RING_ALLREDUCE", 30, 40),
+        x("COMPRESS_FP16", 100, 20, tensor="g", method="fp16"),
+        x("ALLREDUCE", 120, 50, tensor="g", bytes=32), x("RING_ALLREDUCE", 130, 40),
+    ]
+    r = report.tensors(events)["g"]
+    assert r["op"] == "ALLREDUCE" and r["count"] == 2 and r["communicate"] == pytest.approx(40)
+    assert report.per_op(events) == {"ALLREDUCE": (2, pytest.approx(80.0))}
+    assert report.overlap(events)[0] == pytest.approx((80.0, 0.0))
