@@ -326,10 +326,8 @@ cdef class Coordinator:
                  window_seconds=0.5, log_path=None):
         """Start tuning the fusion threshold and cycle time. Call it on every rank with the same
         arguments, between steps; rank 0 runs the trials and every rank applies its choices."""
-        hv_lock(&self.qmon)     # rank 0 alone writes the log
-        tune_grid(&self.tune, thresholds, cycles_ms, warmup_rounds, window_rounds, window_seconds,
-                  log_path if self.ctx.rank == 0 else None)
-        hv_unlock(&self.qmon)
+        tune_grid(&self.tune, &self.qmon, thresholds, cycles_ms, warmup_rounds, window_rounds,
+                  window_seconds, log_path if self.ctx.rank == 0 else None)  # rank 0 logs
 
     def autotune_state(self):
         """Rank 0's view: trial index, frozen, and the setting in force."""
@@ -690,8 +688,8 @@ cdef class Coordinator:
             deref(it).second.sent = False
 
     cdef int _slow(self, vector[Item]& items, bint stopping, bint stall) noexcept nogil:
-        """Misses to rank 0 and its answers back. Returns 0, 1 (stop after this round's work)
-        or 2 (fatal stall: stop now)."""
+        """Misses to rank 0 and its answers back. Returns 0, 1 (stop after this round's work),
+        2 (fatal stall: stop now) or 3 (a message could not be read: stop now, a rank failed)."""
         cdef string payload, resp
         cdef vector[char] gathered
         cdef vector[Span] spans

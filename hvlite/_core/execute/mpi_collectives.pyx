@@ -173,7 +173,7 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
     cdef char* tmp
     MPI_Comm_rank(comm, &rank)
     MPI_Comm_size(comm, &size)
-    es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < 12 else 1
+    es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < DT_COUNT else 1
     row_bytes = es
     for d in range(1, <int>it.meta.shape.size()):
         row_bytes *= <size_t>it.meta.shape[d]

@@ -1,6 +1,7 @@
 # Autotune state: rank 0 runs the trials; every rank applies the settings rank 0 publishes.
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+from hvlite._core.request cimport hv_monitor
 
 cdef extern from "stdio.h" nogil:
     ctypedef struct FILE
@@ -34,6 +35,7 @@ cdef void tune_start(Tuner* t, vector[size_t]& thresholds, vector[double]& cycle
                      const string& log_path) noexcept nogil
 cdef void tune_round(Tuner* t, double nbytes) noexcept nogil
 cdef void tune_window_reset(Tuner* t) noexcept nogil
-# tune_start over the grid thresholds x cycles_ms (Python sequences; log_path None: no log).
-cdef int tune_grid(Tuner* t, thresholds, cycles_ms, int warmup_rounds, int window_rounds,
-                   double window_seconds, log_path) except -1
+# tune_start over the grid thresholds x cycles_ms (Python sequences; log_path None: no log),
+# under `mon` (the caller's lock on the tuner).
+cdef int tune_grid(Tuner* t, hv_monitor* mon, thresholds, cycles_ms, int warmup_rounds,
+                   int window_rounds, double window_seconds, log_path) except -1

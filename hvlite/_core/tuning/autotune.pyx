@@ -10,7 +10,7 @@ ranks switch in the same round. Each trial is a CSV line in the log, when one is
 from libc.stdio cimport fopen, fclose, fprintf, fflush
 from libcpp.string cimport string
 from libcpp.vector cimport vector
-from hvlite._core.request cimport hv_now
+from hvlite._core.request cimport hv_now, hv_monitor, hv_lock, hv_unlock
 
 cdef extern from "stdio.h" nogil:
     ctypedef struct FILE
@@ -126,14 +126,16 @@ cdef void tune_round(Tuner* t, double nbytes) noexcept nogil:
     t.publish = True
 
 
-cdef int tune_grid(Tuner* t, thresholds, cycles_ms, int warmup_rounds, int window_rounds,
-                   double window_seconds, log_path) except -1:
+cdef int tune_grid(Tuner* t, hv_monitor* mon, thresholds, cycles_ms, int warmup_rounds,
+                   int window_rounds, double window_seconds, log_path) except -1:
     cdef vector[size_t] ts
     cdef vector[double] cs
-    for th in thresholds:
+    cdef string path = (log_path or "").encode()
+    for th in thresholds:       # Python objects: converted (and refused) before the lock
         for c in cycles_ms:
             ts.push_back(th)
             cs.push_back(c / 1000.0)
-    tune_start(t, ts, cs, warmup_rounds, window_rounds, window_seconds,
-               (log_path or "").encode())
+    hv_lock(mon)
+    tune_start(t, ts, cs, warmup_rounds, window_rounds, window_seconds, path)
+    hv_unlock(mon)
     return 0
