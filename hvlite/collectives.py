@@ -1,8 +1,8 @@
 """The public collectives: the front door every user call goes through.
 
-Each collective sends device arrays (CuPy, torch CUDA, anything with __cuda_array_interface__)
-to the device path (hvlite.gpu.submit) and everything else to the host path (hvlite.submit),
-which checks the arguments and queues a request on the process set's coordinator. The async
+Each collective asks hvlite.route once which path its array takes (device memory: the device
+path, hvlite.gpu.submit; everything else: the host path, hvlite.submit, which checks the
+arguments and queues a request on the process set's coordinator) and descends. The async
 forms return a handle (hvlite.work.Work); the synchronous forms synchronize it, and on the host
 path their own thread runs the coordinator's rounds (no hand-off to its thread and back).
 """
@@ -12,9 +12,9 @@ import numpy as np
 
 from hvlite import runtime, submit as host
 from hvlite.errors import InvalidArgumentError, ShutdownError
-from hvlite.gpu.arrays import is_device_array
 from hvlite.ops import Average
 from hvlite.process_sets import global_process_set, state_of
+from hvlite.route import path_of
 from hvlite.submit import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST,  # noqa: F401
                            JOIN, REDUCESCATTER, Handle)
 from hvlite.work import ChainHandle, GroupHandle, Work   # noqa: F401  (handles of the front door)
@@ -37,40 +37,20 @@ def synchronize(handle):
     return _handle(handle, "synchronize").synchronize()
 
 
-def _gpu(x):
-    """hvlite.gpu.submit for a device array (CuPy, torch CUDA, __cuda_array_interface__, CUDA
-    DLPack), else None; NumPy input never imports anything for this."""
-    if isinstance(x, np.ndarray) or not is_device_array(x):
-        return None
-    from hvlite.gpu import submit as device
-    return device
-
-
 # ---- allreduce ------------------------------------------------------------------------------
+# Each call tries the lean host path first (a plain NumPy array: it returns None for anything
+# else, without a conversion), then asks route.path_of once and descends.
 
 def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
                     compression=None):
     """Start reducing `x` across the set's ranks (all by default) into a new array; returns a
     Handle. With `compression` (an hvlite.compression.Compression entry) the compressor runs the
     exchange."""
-    if compression is not None:
-        if process_set is not None and process_set is not global_process_set:
-            raise InvalidArgumentError(f"allreduce {name!r}: compression= runs on the global "
-                                       f"process set only, not on {process_set}")
-        if _gpu(x) is not None:
-            raise InvalidArgumentError(f"allreduce {name!r}: compression= takes host arrays; "
-                                       "this one is on a GPU")
-        return compression.allreduce_async(x, op=op, name=name)
-    started = host.allreduce_start(x, op, name, algorithm, process_set, False)
-    if started is not None:
-        return started
-    gpu = _gpu(x)
-    if gpu is not None:
-        if algorithm not in (None, "auto"):
-            raise InvalidArgumentError(f"allreduce {name!r}: algorithm= applies to host arrays; "
-                                       "device arrays use the GPU path (see hvlite.gpu)")
-        return gpu.submit(gpu.ALLREDUCE, x, name, op=op, process_set=process_set)
-    return host.allreduce_async(x, op, name, algorithm, process_set)
+    if compression is None:
+        started = host.allreduce_start(x, op, name, algorithm, process_set, False)
+        if started is not None:
+            return started
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, False, compression)
 
 
 def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
@@ -78,10 +58,7 @@ def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=globa
     started = host.allreduce_start(x, op, name, algorithm, process_set, True)
     if started is not None:
         return started
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.ALLREDUCE, x, name, op=op, inplace=True, process_set=process_set)
-    return host.allreduce_async_(x, op, name, algorithm, process_set)
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, True)
 
 
 def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
@@ -97,9 +74,8 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
         done = host.allreduce_now(x, op, name, algorithm, process_set, False)
         if done is not None:
             return done
-        if _gpu(x) is None:         # host: this thread runs the rounds itself
-            return host.allreduce_async(x, op, name, algorithm, process_set, sync=True)
-    return allreduce_async(x, op, name, algorithm, process_set, compression).synchronize()
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, False, compression,
+                                sync=True)
 
 
 def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
@@ -107,9 +83,7 @@ def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_proc
     done = host.allreduce_now(x, op, name, algorithm, process_set, True)
     if done is not None:
         return done
-    if _gpu(x) is None:
-        return host.allreduce_async_(x, op, name, algorithm, process_set, sync=True)
-    return allreduce_async_(x, op, name, algorithm, process_set).synchronize()
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, True, sync=True)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None,
@@ -148,87 +122,60 @@ def grouped_allreduce(tensors, op=Average, name=None, algorithm=None,
 def allgather_async(x, name=None, process_set=global_process_set):
     """Start concatenating every rank's `x` along the first dimension (which may differ by
     rank), in rank order (within a process set: in the order of its ranks)."""
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.ALLGATHER, x, name, process_set=process_set)
-    return host.allgather_async(x, name, process_set)
+    return path_of(x).allgather(x, name, process_set)
 
 
 def allgather(x, name=None, process_set=global_process_set):
     done = host.allgather_now(x, name, process_set)
     if done is not None:
         return done
-    if _gpu(x) is None:
-        return host.allgather_async(x, name, process_set, sync=True)
-    return allgather_async(x, name, process_set).synchronize()
-
+    return path_of(x).allgather(x, name, process_set, sync=True)
 
 
 def broadcast_async(x, root_rank, name=None, process_set=global_process_set):
     """Start copying root_rank's `x` to every rank of the set, into a new array. root_rank is
     a global rank (as in Horovod), and must belong to the set."""
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.BROADCAST, x, name, root_rank=root_rank, process_set=process_set)
-    return host.broadcast_async(x, root_rank, name, process_set)
+    return path_of(x).broadcast(x, root_rank, name, process_set)
 
 
 def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
     """Start overwriting the NumPy array `x` with root_rank's, in place."""
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.BROADCAST, x, name, root_rank=root_rank, inplace=True,
-                          process_set=process_set)
-    return host.broadcast_async_(x, root_rank, name, process_set)
+    return path_of(x).broadcast(x, root_rank, name, process_set, inplace=True)
 
 
 def broadcast(x, root_rank, name=None, process_set=global_process_set):
     done = host.broadcast_now(x, root_rank, name, process_set, False)
     if done is not None:
         return done
-    if _gpu(x) is None:
-        return host.broadcast_async(x, root_rank, name, process_set, sync=True)
-    return broadcast_async(x, root_rank, name, process_set).synchronize()
+    return path_of(x).broadcast(x, root_rank, name, process_set, sync=True)
 
 
 def broadcast_(x, root_rank, name=None, process_set=global_process_set):
     done = host.broadcast_now(x, root_rank, name, process_set, True)
     if done is not None:
         return done
-    if _gpu(x) is None:
-        return host.broadcast_async_(x, root_rank, name, process_set, sync=True)
-    return broadcast_async_(x, root_rank, name, process_set).synchronize()
+    return path_of(x).broadcast(x, root_rank, name, process_set, inplace=True, sync=True)
 
 
 def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
     """Start sending splits[i] rows of `x` (along the first dimension) to rank i (within a
     process set: to its i-th rank); without splits, equal parts. The result is the received
     rows, in rank order; with splits given, the handle's result is (rows, received_splits)."""
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.ALLTOALL, x, name, splits=splits, process_set=process_set)
-    return host.alltoall_async(x, splits, name, process_set)
+    return path_of(x).alltoall(x, splits, name, process_set)
 
 
 def alltoall(x, splits=None, name=None, process_set=global_process_set):
-    if _gpu(x) is None:
-        return host.alltoall_async(x, splits, name, process_set, sync=True)
-    return alltoall_async(x, splits, name, process_set).synchronize()
+    return path_of(x).alltoall(x, splits, name, process_set, sync=True)
 
 
 def reducescatter_async(x, op=Average, name=None, process_set=global_process_set):
     """Start reducing `x` across the set's ranks and keeping this rank's block of rows (the first
     dimension split into size blocks, the first `rows % size` one row longer)."""
-    gpu = _gpu(x)
-    if gpu is not None:
-        return gpu.submit(gpu.REDUCESCATTER, x, name, op=op, process_set=process_set)
-    return host.reducescatter_async(x, op, name, process_set)
+    return path_of(x).reducescatter(x, op, name, process_set)
 
 
 def reducescatter(x, op=Average, name=None, process_set=global_process_set):
-    if _gpu(x) is None:
-        return host.reducescatter_async(x, op, name, process_set, sync=True)
-    return reducescatter_async(x, op, name, process_set).synchronize()
+    return path_of(x).reducescatter(x, op, name, process_set, sync=True)
 
 
 # ---- barrier, join, objects ---------------------------------------------------------------

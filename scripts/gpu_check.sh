@@ -8,14 +8,17 @@ set -euo pipefail
 usage() {
   cat <<USAGE
 usage: scripts/gpu_check.sh [--wheels DIR] [--venv DIR] [--sizes "1 16 64"] [--skip-bench]
+                            [--horovod DIR]
   --wheels DIR   install offline from the wheels in DIR (cupy, mpich, mpi4py, numpy, cython, ...)
+  --horovod DIR  also run Horovod's torch tests (its test/parallel directory) on the GPU, where
+                 torch with CUDA is importable (scripts/horovod_suite.sh)
   --venv DIR     virtual environment to create or reuse (default: .venv-gpu)
   --sizes LIST   all-reduce sizes in MiB for the benchmark (default: "1 16 64 256")
   --skip-bench   run the GPU tests only
 USAGE
 }
 
-WHEELS="" VENV=".venv-gpu" SIZES="1 16 64 256" BENCH=1
+WHEELS="" VENV=".venv-gpu" SIZES="1 16 64 256" BENCH=1 HOROVOD=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) [ $# -ge 2 ] || { echo "--wheels needs a directory" >&2; exit 2; }
@@ -25,6 +28,8 @@ while [ $# -gt 0 ]; do
     --sizes) [ $# -ge 2 ] || { echo "--sizes needs a list" >&2; exit 2; }
              SIZES="$2"; shift 2 ;;
     --skip-bench) BENCH=0; shift ;;
+    --horovod) [ $# -ge 2 ] || { echo "--horovod needs a directory" >&2; exit 2; }
+               HOROVOD="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -44,9 +49,13 @@ PIP=("$PY" -m pip install -q)
 "$PY" setup.py build_ext --inplace -j 4 >/dev/null
 export PATH="$VENV/bin:$PATH" PYTHONPATH="$PWD"
 
-echo "== GPU tests, 2 ranks sharing the GPU"
-"$PY" -m pytest -q tests/gpu
+echo "== GPU tests, 2 ranks sharing the GPU (torch CUDA tensors too, where torch has CUDA)"
+"$PY" -m pytest -q -rs tests/gpu tests/torch/test_torch.py::test_cuda_tensors_on_a_stand_in
 "$VENV/bin/mpiexec" -n 2 "$PY" -m pytest -q -p no:cacheprovider tests/gpu/mpi_cuda.py
+if [ -n "$HOROVOD" ]; then
+  echo "== Horovod's torch tests, CUDA ones included"
+  PYTHON="$PY" MPIEXEC="$VENV/bin/mpiexec" scripts/horovod_suite.sh "$HOROVOD" 2
+fi
 
 [ "$BENCH" = 1 ] || exit 0
 echo "== benchmark (medians)"

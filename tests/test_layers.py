@@ -16,6 +16,7 @@ LAYERS = [
     ("state", ["hvlite.process_sets", "hvlite.runtime"]),
     ("host path", ["hvlite.submit"]),
     ("device path", ["hvlite.gpu"]),
+    ("router", ["hvlite.route"]),
     ("front door", ["hvlite.collectives"]),
     ("libraries", ["hvlite.optim", "hvlite.compression", "hvlite.ps", "hvlite.timeline",
                    "hvlite.torch", "hvlite.run", "hvlite.elastic", "hvlite"]),

@@ -17,6 +17,10 @@ DLPACK_CUDA = 2
 DLPACK_CUDA_MANAGED = 13
 _DEVICE_TYPES = (DLPACK_CUDA, DLPACK_CUDA_MANAGED)
 
+# Other device-array families, checked first: (predicate, backend factory) pairs. Empty in a
+# user's job; tests put a host-backed stand-in here to run the device path on a CPU.
+FAMILIES = []
+
 
 def _interface(x):
     try:
@@ -41,10 +45,18 @@ def is_device_array(x):
     """True for an object whose memory is on a GPU."""
     if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
+    if FAMILIES and any(pred(x) for pred, _ in FAMILIES):
+        return True
     if _interface(x) is not None:
         return True
     dev = dlpack_device(x)
     return dev is not None and dev[0] in _DEVICE_TYPES
+
+
+def device_id(x):
+    """The CUDA device number `x` lives on, when its DLPack device says so; else None."""
+    dev = dlpack_device(x)
+    return dev[1] if dev is not None and dev[0] in _DEVICE_TYPES else None
 
 
 def _torch_cuda(x):

@@ -21,8 +21,7 @@ from hvlite._core.codes import COLLECTIVES
 
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(5)      # the core's codes
 _WHAT = dict(enumerate(COLLECTIVES[:5]))
-# Other array families (tests use a host-backed one): (predicate, backend factory).
-BACKENDS = []
+BACKENDS = arrays.FAMILIES      # other array families (tests put a host-backed one here)
 
 
 class CupyBackend:
@@ -32,8 +31,18 @@ class CupyBackend:
         self.engine = CupyEngine()
         self.wrap = arrays.wrap
 
+    @property
+    def device_id(self):
+        return self.engine.device.id
+
     def caller_stream(self, x):
+        """The stream the caller's work on `x` is queued on: torch's current stream for a
+        torch tensor (its __cuda_array_interface__ names none), else the one the interface
+        names, else CuPy's current stream."""
         from hvlite.gpu.copy_engine import stream_of
+        if arrays._torch_cuda(x):
+            import torch
+            return self.xp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream)
         cai = arrays._interface(x)
         return stream_of(cai.get("stream") if cai else None, self.engine)
 
@@ -81,47 +90,75 @@ def _direct_comm(rt, st):
     return comm
 
 
+def _device_check(be, x, what, name):
+    """One GPU per rank, as in Horovod: an array on another GPU than the one this rank's device
+    collectives run on is refused (its memory is not the engine's to stream from)."""
+    want, have = getattr(be, "device_id", None), arrays.device_id(x)
+    if want is not None and have is not None and have != want:
+        raise InvalidArgumentError(
+            f"{what} {name!r}: the array is on GPU {have}, and this rank's device collectives "
+            f"run on GPU {want}; use one GPU per rank (torch.cuda.set_device(local_rank) or "
+            "cupy.cuda.Device(local_rank).use() before the first collective)")
+
+
+def _checked(be, x, kind, what, name, op, root_rank, st, inplace):
+    """(array, restore, dtype code, op code, root position) of a device argument, or raises
+    the error every rank then reports."""
+    arr, restore = be.wrap(x)
+    _device_check(be, x, what, name)
+    code = _host.code_of(np.dtype(arr.dtype))
+    if code < 0:
+        raise DtypeError(f"{what} {name!r}: unsupported dtype {arr.dtype} on the device; "
+                         f"hvlite handles {', '.join(_host.supported_names())}")
+    o = root = 0
+    if kind in (ALLREDUCE, REDUCESCATTER):
+        o = int(as_op(op))
+        if o == ReduceOp.Adasum:
+            raise InvalidArgumentError(f"{what} {name!r}: op=Adasum takes host arrays "
+                                       "(NumPy, CPU tensors); copy device arrays to the host")
+    if kind == BROADCAST:
+        ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
+        root = st.position(int(root_rank)) if ok else -1
+        if root < 0:
+            raise InvalidArgumentError(f"{what} {name!r}: root_rank {root_rank!r} is not a "
+                                       f"rank of this process set ({st.ranks})")
+    if inplace and not arr.flags.c_contiguous:
+        raise InvalidArgumentError(f"{what} {name!r}: in place needs a C-contiguous array")
+    return arr, restore, code, o, root
+
+
 def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
-           process_set=None):
+           process_set=None, problem=None):
+    """Queue a device collective and return its DeviceHandle. `problem`: an error the caller
+    found in the arguments; it goes out in the ticket, so every rank fails, then raises here."""
     rt = runtime.current()
     ps = global_process_set if process_set is None else process_set
     what = _WHAT[kind] + ("_" if inplace else "")
     st = state_of(rt, ps, what)
     bad_name = name is not None and name != "" and not isinstance(name, str)
     name = st.auto_name(_WHAT[kind]) if name is None or name == "" else str(name)   # as the host path
-    be = backend_for(x)
-    arr, restore = be.wrap(x)
-    xp, eng = be.xp, be.engine
-    problem, code, o, root = None, 0, 0, 0
-    try:
-        if bad_name:
-            raise InvalidArgumentError(f"{what} {name!r}: the name must be a string")
-        code = _host.code_of(np.dtype(arr.dtype))
-        if code < 0:
-            raise DtypeError(f"{what} {name!r}: unsupported dtype {arr.dtype} on the device; "
-                             f"hvlite handles {', '.join(_host.supported_names())}")
-        if kind in (ALLREDUCE, REDUCESCATTER):
-            o = int(as_op(op))
-            if o == ReduceOp.Adasum:
-                raise InvalidArgumentError(f"{what} {name!r}: op=Adasum takes host arrays "
-                                           "(NumPy, CPU tensors); copy device arrays to the host")
-        if kind == BROADCAST:
-            ok = isinstance(root_rank, (int, np.integer)) and not isinstance(root_rank, bool)
-            root = st.position(int(root_rank)) if ok else -1
-            if root < 0:
-                raise InvalidArgumentError(f"{what} {name!r}: root_rank {root_rank!r} is not a "
-                                           f"rank of this process set ({st.ranks})")
-        if inplace and not arr.flags.c_contiguous:
-            raise InvalidArgumentError(f"{what} {name!r}: in place needs a C-contiguous array")
-    except (DtypeError, InvalidArgumentError) as e:
-        problem = e
+    be = arr = None
+    code = o = root = 0
+    if problem is None:
+        try:
+            if bad_name:
+                raise InvalidArgumentError(f"{what} {name!r}: the name must be a string")
+            be = backend_for(x)
+            arr, restore, code, o, root = _checked(be, x, kind, what, name, op, root_rank, st,
+                                                   inplace)
+        except (DtypeError, InvalidArgumentError) as e:
+            problem = e
+        except Exception as e:          # noqa: BLE001 - e.g. a dtype the array library lacks
+            problem = DtypeError(f"{what} {name!r}: this {type(x).__name__} cannot be used on "
+                                 f"the device: {type(e).__name__}: {e}")
     w = worker_of(st)
-    size = 0 if kind in (ALLGATHER, ALLTOALL) else arr.nbytes   # those may differ by rank
-    record = ticket_record(name, kind, code, o, root, size, problem is not None)
-    ticket = _host.allgather_async(record, name=w.next_ticket_name(st.id), process_set=ps)
+    size = 0 if arr is None or kind in (ALLGATHER, ALLTOALL) else arr.nbytes  # those may differ
+    record = ticket_record(name, kind, code, o, root, size, problem is not None, w.next_order())
+    ticket = _host.allgather_async(record, name=name, process_set=ps)
     if problem is not None:
-        w.submit(DeviceHandle(name, None), lambda: ticket.synchronize())   # drain its ticket
+        w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain its ticket
         raise problem
+    xp, eng = be.xp, be.engine
     caller = be.caller_stream(x)
     with be.use(caller):
         src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
@@ -133,7 +170,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
 
     def finish(result):
         value, done = result[:2]               # result[2:]: host buffers kept until here
-        eng.wait(eng.current_stream(), done)       # later caller work sees the result
+        eng.wait(be.caller_stream(x), done)    # the caller's stream now sees the result
         if inplace:
             return x
         if isinstance(value, tuple):
@@ -151,7 +188,8 @@ class _Job:
         del self.__dict__["self"]
 
     def __call__(self):
-        check_tickets(self.ticket.synchronize(), self.name, self.st.ranks, _WHAT[self.kind])
+        check_tickets(self.worker.ticket_table(self.ticket), self.name, self.st.ranks,
+                      _WHAT[self.kind])
         be, eng, xp = self.be, self.be.engine, self.be.xp
         stream = getattr(self.worker, "stream", None)
         if stream is None:
@@ -206,12 +244,13 @@ class _Job:
         h = host[:self.src.nbytes].view(dtype).reshape(self.src.shape)
         extra = None
         if self.kind == ALLGATHER:
-            res = _host.allgather_async(h, name=self.name, process_set=self.ps).synchronize()
+            res = _host.allgather_async(h, name=f"{self.name}.data",
+                                        process_set=self.ps).synchronize()
         elif self.kind == REDUCESCATTER:
-            res = _host.reducescatter_async(h, op=ReduceOp(self.op), name=self.name,
+            res = _host.reducescatter_async(h, op=ReduceOp(self.op), name=f"{self.name}.data",
                                             process_set=self.ps).synchronize()
         else:
-            res = _host.alltoall_async(h, splits=self.splits, name=self.name,
+            res = _host.alltoall_async(h, splits=self.splits, name=f"{self.name}.data",
                                        process_set=self.ps).synchronize()
             if self.splits is not None:
                 res, extra = res

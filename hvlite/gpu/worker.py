@@ -1,11 +1,13 @@
 """One thread per process set that runs device collectives, in the order this rank submitted them.
 
-Each device collective first sends a small ticket through the coordinator: an allgather, named
-by the set's device-collective count, of what the collective is (name, kind, dtype, op, root,
-size). The worker waits for its ticket before moving any data, so ranks that submitted device
-collectives in different orders, or with different arguments, all get the same clear error
-naming the ranks instead of a hang. The ticket is sent at submit, so it overlaps the previous
-collective's data movement.
+Each device collective first sends a small ticket through the coordinator: an allgather, under
+the collective's own name, of what the collective is (its place in this rank's device order,
+name, kind, dtype, op, root, size). The worker waits for its ticket before moving any data, so
+ranks that submitted device collectives in different orders, or with different arguments, all
+get the same clear error naming the ranks instead of a hang; and a rank that passed a host
+array under that name (a CPU/GPU mix) meets the ticket in the host negotiation, which fails both
+sides as a mismatch. The ticket is sent at submit, so it overlaps the previous collective's data
+movement.
 """
 import queue
 import threading
@@ -16,18 +18,19 @@ import numpy as np
 from hvlite.errors import InvalidArgumentError, MismatchError
 from hvlite.work import Work
 
-FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected")
+FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected", "order")
+REJECTED = FIELDS.index("rejected")
 
 
-def ticket_record(name, kind, dtype_code, op, root, nbytes, rejected):
+def ticket_record(name, kind, dtype_code, op, root, nbytes, rejected, order):
     return np.array([zlib.crc32(name.encode()), kind, dtype_code, op, root, nbytes,
-                     int(rejected)], np.int64)
+                     int(rejected), order], np.int64)
 
 
 def check_tickets(table, name, ranks, what):
     """Raise (identically on every rank: all see the same table) if the ranks disagree."""
     table = np.asarray(table).reshape(len(ranks), len(FIELDS))
-    bad = [ranks[i] for i in range(len(ranks)) if table[i, 6]]
+    bad = [ranks[i] for i in range(len(ranks)) if table[i, REJECTED]]
     if bad:
         raise InvalidArgumentError(f"{what} {name!r}: rank(s) {bad} rejected their arguments "
                                    "(see the error on those ranks)")
@@ -75,15 +78,28 @@ class DeviceHandle(Work):
 class DeviceWorker:
     def __init__(self, set_id):
         self.queue = queue.Queue()
-        self.count = 0                 # device collectives submitted on this set (ticket names)
+        self.count = 0                 # device collectives submitted on this set (their order)
+        self.lock = threading.Lock()
         self.slots = {}                # backend -> pinned staging slots
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"hvlite-gpu-{set_id}")
         self.thread.start()
 
-    def next_ticket_name(self, set_id):
-        self.count += 1
-        return f"hvlite.gpu.{set_id}.{self.count}"
+    def next_order(self):
+        with self.lock:
+            self.count += 1
+            return self.count
+
+    def ticket_table(self, ticket):
+        """The ticket's table. A ticket that failed in the host negotiation (another rank
+        passed a host array under its name) formed no table: the ranks that counted it stop
+        counting it, so their order agrees again with the ranks that never did."""
+        try:
+            return ticket.synchronize()
+        except BaseException:
+            with self.lock:
+                self.count -= 1
+            raise
 
     def submit(self, handle, job):
         self.queue.put((handle, job))

@@ -1,5 +1,7 @@
 """hvlite for PyTorch under Horovod's names: `import hvlite.torch as hvd` in place of
 `import horovod.torch as hvd`. CPU tensors; see the README's migration table for the rest."""
+import torch
+
 import hvlite as _hv
 from hvlite import (Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
                     is_initialized, local_rank, local_size, mpi_threads_supported, rank,
@@ -67,7 +69,10 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True where CUDA tensors can run here: the device path needs CuPy (hvlite's [cuda] extra)
+    and a CUDA build of torch."""
+    import importlib.util
+    return bool(torch.version.cuda) and importlib.util.find_spec("cupy") is not None
 
 
 def rocm_built():

@@ -1,7 +1,10 @@
-"""Tensors to NumPy and back, Horovod's argument conventions, and handles whose result is a tensor.
+"""Tensors to the collectives' operands and back, Horovod's argument conventions, and handles
+whose result is a tensor.
 
 CPU tensors reach the collectives as NumPy views of their memory (no copy when contiguous);
 bfloat16 goes through ml_dtypes and bool through uint8, the dtypes NumPy or the core lack.
+CUDA tensors go as they are (bool as uint8, bfloat16 as int16 where no reduction happens):
+hvlite.route sends them down the device path, which returns torch tensors on their device.
 """
 import warnings
 
@@ -9,7 +12,8 @@ import numpy as np
 import torch
 
 import hvlite as _hv
-from hvlite import collectives as _coll, submit as _host
+from hvlite import collectives as _coll
+from hvlite import route as _route
 from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
@@ -68,36 +72,44 @@ def compression_kwargs(compression):
     return {"compression": compression}
 
 
-def poisoned(kind, name, error, process_set=None):
-    """Fail this rank's part of a collective before it reaches NumPy: the request still goes
-    out poisoned under its name on its process set, so the other members' handles fail instead
-    of waiting (and no other set is touched), and this rank raises `error`."""
-    from hvlite.process_sets import state_of
+def on_device(t):
+    """True for a tensor whose collectives take the device path (CUDA memory)."""
+    return t.device.type == "cuda"
 
-    def check(_name):
-        raise error
-    st = state_of(_hv._current(), _GLOBAL if process_set is None else process_set,
-                  _host._KIND[kind])
-    _host.submit(st, kind, name, None, check=check)
-    raise error   # not reached: _submit re-raises
+
+def poisoned(kind, name, error, process_set=None, tensor=None):
+    """Fail this rank's part of a collective before it reaches the runtime: the request still
+    goes out poisoned under its name on its process set, down the path `tensor` would have
+    taken, so the other members' handles fail instead of waiting (and no other set is
+    touched), and this rank raises `error`."""
+    device = isinstance(tensor, torch.Tensor) and on_device(tensor)
+    path = _route.path_of(tensor) if device else _route.HOST
+    path.poison(kind, tensor.detach() if device else None, name, error,
+                _GLOBAL if process_set is None else process_set)
+
+
+_WHAT = {_coll.ALLREDUCE: "allreduce", _coll.ALLGATHER: "allgather",
+         _coll.BROADCAST: "broadcast", _coll.ALLTOALL: "alltoall",
+         _coll.REDUCESCATTER: "reducescatter"}
 
 
 def view(t, kind, name, allow_bool=True, process_set=None):
-    """A NumPy view of CPU tensor `t`'s memory; a bad tensor poisons the collective."""
-    what = {_coll.ALLREDUCE: "allreduce", _coll.ALLGATHER: "allgather",
-            _coll.BROADCAST: "broadcast", _coll.ALLTOALL: "alltoall",
-            _coll.REDUCESCATTER: "reducescatter"}[kind]
-    label = f"{what} {name!r}" if name else what
+    """The operand for tensor `t`: a NumPy view of a CPU tensor's memory, or the CUDA tensor
+    itself; a bad tensor poisons the collective."""
+    label = f"{_WHAT[kind]} {name!r}" if name else _WHAT[kind]
     if not isinstance(t, torch.Tensor):
         poisoned(kind, name, InvalidArgumentError(
             f"{label}: expected a torch.Tensor, got {type(t).__name__}"), process_set)
-    if t.device.type != "cpu":
-        poisoned(kind, name, DeviceError(
-            f"{label}: tensor on device {t.device}; hvlite.torch handles CPU tensors only "
-            "(move it with .cpu())"), process_set)
     if t.is_sparse:
         poisoned(kind, name, InvalidArgumentError(
-            f"{label}: sparse tensor; use sparse_allreduce_async or .to_dense()"), process_set)
+            f"{label}: sparse tensor; use sparse_allreduce_async or .to_dense()"), process_set,
+            t if on_device(t) else None)
+    if on_device(t):
+        return _device_operand(t, kind, label, name, allow_bool, process_set)
+    if t.device.type != "cpu":
+        poisoned(kind, name, DeviceError(
+            f"{label}: tensor on device {t.device}; hvlite.torch handles CPU and CUDA tensors "
+            "(move it with .cpu())"), process_set)
     t = t.detach()
     if t.dtype == torch.bool:
         if not allow_bool:
@@ -114,8 +126,36 @@ def view(t, kind, name, allow_bool=True, process_set=None):
                  process_set)
 
 
+def _device_operand(t, kind, label, name, allow_bool, process_set):
+    """A CUDA tensor as the device path takes it: bool as uint8; bfloat16 as int16 where
+    only bits move (the device reductions have no bfloat16)."""
+    t = t.detach()
+    if t.dtype == torch.bool:
+        if not allow_bool:
+            poisoned(kind, name, InvalidArgumentError(
+                f"{label}: bool tensors reduce only with op=hvd.Min or hvd.Max"), process_set, t)
+        return t.view(torch.uint8)
+    if t.dtype == torch.bfloat16:
+        if kind in (_coll.ALLREDUCE, _coll.REDUCESCATTER):
+            poisoned(kind, name, _hv.DtypeError(
+                f"{label}: bfloat16 CUDA tensors cannot be reduced on the device here; use "
+                "float16 or float32, or reduce a .cpu() copy"), process_set, t)
+        return t.view(torch.int16)
+    return t
+
+
+def contiguous(operand):
+    """Whether an operand (NumPy view or CUDA tensor) is C-contiguous."""
+    if isinstance(operand, torch.Tensor):
+        return operand.is_contiguous()
+    return operand.flags.c_contiguous
+
+
 def to_tensor(a, dtype):
-    """A tensor of `dtype` over NumPy array `a` (no copy)."""
+    """A tensor of `dtype` over NumPy array `a` (no copy); a device result (already a tensor)
+    is viewed as `dtype` (bool and bfloat16 travelled as uint8 and int16)."""
+    if isinstance(a, torch.Tensor):
+        return a if a.dtype == dtype else a.view(dtype)
     if not a.flags.writeable:
         a = a.copy()
     if dtype == torch.bfloat16:

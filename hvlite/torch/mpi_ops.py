@@ -6,6 +6,7 @@ gradient averaged across ranks, this rank's rows; broadcast -> the averaged grad
 zeros elsewhere; alltoall -> alltoall back with the received splits; reducescatter -> allgather
 (times the set's size for Sum).
 """
+import numpy as np
 import torch
 
 import hvlite as _hv
@@ -28,9 +29,11 @@ def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, p
     if out is not tensor:
         out.copy_(tensor.detach())
     B.scale_(out, prescale_factor)
+    kw = dict(B.ps_kwargs(process_set), **B.compression_kwargs(compression))
+    if kw.get("compression") and B.on_device(out):
+        return _device_compressed(out, name, op, postscale_factor, process_set, compression)
     arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name,
                                                         process_set=process_set)
-    kw = dict(B.ps_kwargs(process_set), **B.compression_kwargs(compression))
 
     def finish(result):
         if kw.get("compression"):
@@ -43,12 +46,32 @@ def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, p
     return B.TorchHandle(h, finish)
 
 
+def _device_compressed(out, name, op, postscale_factor, process_set, compression):
+    """A CUDA tensor with compression: cast on its device with the compressor's own
+    compress/decompress (Horovod's protocol; fp16 here, as in Horovod) and reduce the cast on
+    the device path. hvlite.compression's exchanges take host arrays."""
+    try:
+        low, ctx = compression.compress(out)
+    except (NotImplementedError, AttributeError) as e:
+        B.poisoned(_coll.ALLREDUCE, name, InvalidArgumentError(
+            f"allreduce {name!r}: {compression!r} takes CPU tensors; CUDA tensors take "
+            f"Compression.none or fp16 ({e})"), process_set, out)
+    low = low.contiguous()
+    h = _hv.allreduce_async_(B.view(low, _coll.ALLREDUCE, name, process_set=process_set),
+                             op=op, name=name, **B.ps_kwargs(process_set))
+
+    def finish(_result):
+        out.copy_(compression.decompress(low, ctx))
+        return B.scale_(out, postscale_factor)
+    return B.TorchHandle(h, finish)
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set, compression=None):
     """Start an allreduce into a new tensor; returns a handle for poll()/synchronize()."""
     op = B.resolve_op(op, average)
     out = torch.empty_like(tensor, memory_format=torch.contiguous_format) \
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" else tensor
+        if isinstance(tensor, torch.Tensor) and tensor.device.type in ("cpu", "cuda") else tensor
     return _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor,
                             process_set, compression)
 
@@ -245,9 +268,10 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Start overwriting `tensor` with root_rank's, in place."""
     arr = B.view(tensor, _coll.BROADCAST, name, process_set=process_set)
-    if not arr.flags.c_contiguous:
+    if not B.contiguous(arr):
         B.poisoned(_coll.BROADCAST, name, InvalidArgumentError(
-            f"broadcast_ {name or ''}: the tensor is not contiguous; use broadcast()"), process_set)
+            f"broadcast_ {name or ''}: the tensor is not contiguous; use broadcast()"), process_set,
+            tensor)
     return B.TorchHandle(_hv.broadcast_async_(arr, root_rank, name=name,
                                               **B.ps_kwargs(process_set)),
                          lambda a: tensor)
@@ -255,7 +279,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Start copying root_rank's tensor into a new tensor on every rank."""
-    if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+    if isinstance(tensor, torch.Tensor) and tensor.device.type in ("cpu", "cuda"):
         tensor = tensor.detach().clone(memory_format=torch.contiguous_format)
     return broadcast_async_(tensor, root_rank, name, process_set)
 
@@ -299,14 +323,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     elif isinstance(splits, torch.Tensor):
         if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
             B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
-                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"), process_set)
+                f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"), process_set,
+                tensor)
         splits = splits.tolist()
     dtype = tensor.dtype
     h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))
 
     def finish(res):
         out, got = res
-        return B.to_tensor(out, dtype), torch.from_numpy(got.astype("int32"))
+        return B.to_tensor(out, dtype), torch.from_numpy(np.asarray(got).astype("int32"))
     return B.TorchHandle(h, finish)
 
 
@@ -348,7 +373,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         label = f"reducescatter {name!r}" if name else "reducescatter"
         B.poisoned(_coll.REDUCESCATTER, name, B.ScalarError(
             f"{label}: a 0-d tensor has no rows to scatter (reshape it to one dimension)"),
-            process_set)
+            process_set, tensor)
     if prescale_factor != 1.0:
         arr = B.view(B.scale_(tensor.detach().clone(), prescale_factor), _coll.REDUCESCATTER,
                      name, process_set=process_set)

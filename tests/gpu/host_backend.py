@@ -12,11 +12,11 @@ from hvlite.gpu import submit as api
 class FakeDeviceArray:
     """Announces itself as CUDA memory through DLPack; its memory is a NumPy array."""
 
-    def __init__(self, a):
-        self.a = a
+    def __init__(self, a, device=0):
+        self.a, self.device = a, device
 
     def __dlpack_device__(self):
-        return (2, 0)
+        return (2, self.device)
 
 
 class _Locked:
@@ -37,6 +37,8 @@ class _Locked:
 
 
 class HostBackend:
+    device_id = 0                   # the GPU this rank's device collectives run on
+
     def __init__(self, seed):
         self.fake = FakeEngine(np.random.default_rng(seed))
         self.engine = _Locked(self.fake)

@@ -20,3 +20,19 @@ def _why_not():
 @pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
 def test_gpu_collectives_on_two_ranks(mpirun):
     mpirun(2, "tests/gpu/mpi_cuda.py", timeout=300)
+
+
+def _torch_why_not():
+    why = _why_not()
+    if why is not None:
+        return why
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed; torch CUDA checks did not run"
+    import torch
+    return None if torch.cuda.is_available() else "torch has no CUDA here; checks did not run"
+
+
+@pytest.mark.skipif(_torch_why_not() is not None, reason=_torch_why_not() or "")
+def test_torch_cuda_tensors(mpirun):
+    out = mpirun(2, "tests/torch/mpi_torch_cuda.py", timeout=300, pytest_module=False)
+    assert out.count("torch cuda ok") == 2

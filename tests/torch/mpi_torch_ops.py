@@ -40,8 +40,11 @@ def test_basics():
     if not (hvd.is_initialized() and hvd.mpi_built() and hvd.mpi_enabled()):
         fails.append("mpi_built/enabled/is_initialized")
     if any(f() for f in (hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built, hvd.ddl_built,
-                         hvd.ccl_built, hvd.cuda_built, hvd.rocm_built)):
+                         hvd.ccl_built, hvd.rocm_built)):
         fails.append("a backend hvlite lacks claims to be built")
+    import importlib.util
+    if hvd.cuda_built() != (bool(torch.version.cuda) and bool(importlib.util.find_spec("cupy"))):
+        fails.append("cuda_built is not 'CUDA torch and CuPy are here'")
     if (hvd.rank(), hvd.size()) != (RANK, N) or hvd.local_size() * hvd.cross_size() != N:
         fails.append("rank/size/local/cross")
     if not isinstance(hvd.mpi_threads_supported(), bool):

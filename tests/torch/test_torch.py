@@ -61,3 +61,13 @@ def test_timeline_overlap_without_spans_by_hand(mpirun, tmp_path):
     out = mpirun(2, "tests/torch/mpi_torch_timeline.py", pytest_module=False, timeout=180,
                  env={"HVLITE_TIMELINE": str(tmp_path / "t.json")})
     assert "timeline compute spans ok" in out, out
+
+
+def test_cuda_tensors_on_a_stand_in(mpirun):
+    """hvlite.torch's CUDA route (operands, results, errors on every rank, compression,
+    DistributedOptimizer) on host-backed stand-ins; tests/torch/mpi_torch_cuda.py runs the
+    same on a GPU."""
+    pytest.importorskip("torch")
+    out = mpirun(3, "tests/torch/mpi_torch_device.py", timeout=240, pytest_module=False,
+                 env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096"})
+    assert out.count("device ok") == 3
