@@ -136,4 +136,106 @@ static inline int hv_cpu_f16c(void) { return 0; }
 static inline size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op) { (void)a; (void)b; (void)n; (void)op; return 0; }
 static inline size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d) { (void)a; (void)n; (void)d; return 0; }
 #endif
+
+/* Whole-array casts (the fp16/bf16 compression): bit for bit NumPy's float16 astype (a NaN keeps
+ * its payload and is never quieted, as NumPy's integer code does) and ml_dtypes' bfloat16 (any NaN
+ * becomes the quiet NaN of its sign). Integer code only, so no MXCSR mode or FP flag changes a bit. */
+static inline uint16_t hv_f32_to_f16_np(uint32_t f) {
+    uint32_t sign = (f >> 16) & 0x8000u, a = f & 0x7fffffffu, sig = f & 0x7fffffu;
+    if (a > 0x7f800000u) { uint32_t m = sig >> 13; return (uint16_t)(sign | 0x7c00u | (m ? m : 1u)); }
+    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);            /* inf, or overflow */
+    if (a < 0x33000000u) return (uint16_t)sign;                          /* below half a subnormal */
+    if ((a >> 23) <= 112u) {                                             /* a subnormal half */
+        uint32_t e = a >> 23, m = (0x800000u | sig) >> (113u - e);
+        if ((m & 0x3fffu) != 0x1000u || (f & 0x7ffu)) m += 0x1000u;
+        return (uint16_t)(sign | (m >> 13));
+    }
+    uint32_t m = sig;
+    if ((m & 0x3fffu) != 0x1000u) m += 0x1000u;
+    return (uint16_t)(sign | ((((a >> 23) - 112u) << 10) + (m >> 13)));
+}
+static inline uint32_t hv_f16_to_f32_np(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return sign | 0x7f800000u | (m << 13);
+    if (e) return sign | ((e + 112u) << 23) | (m << 13);
+    if (!m) return sign;
+    int shift = __builtin_clz(m) - 21;                                   /* to bring bit 10 up */
+    return sign | ((uint32_t)(113 - shift) << 23) | (((m << shift) & 0x3ffu) << 13);
+}
+static inline uint16_t hv_f32_to_bf16_ml(uint32_t u) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static void hv_cast_f32_f16_scalar(uint16_t* d, const uint32_t* s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = hv_f32_to_f16_np(s[i]);
+}
+static void hv_cast_f16_f32_scalar(uint32_t* d, const uint16_t* s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = hv_f16_to_f32_np(s[i]);
+}
+static void hv_cast_f32_bf16_scalar(uint16_t* d, const uint32_t* s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = hv_f32_to_bf16_ml(s[i]);
+}
+static void hv_cast_bf16_f32_scalar(uint32_t* d, const uint16_t* s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = (uint32_t)s[i] << 16;
+}
+/* The same casts 8 lanes at a time (F16C converts, AVX2 for bfloat16); each returns how many it
+ * did, the caller finishes the tail with the scalar code. F16C quiets a signalling NaN where NumPy
+ * keeps it, so a block holding a NaN goes through the scalar code instead (rare: one test a block). */
+#if HV_HAVE_F16C_PATH
+static inline int hv_cpu_cast_simd(void) { return hv_cpu_f16c() && hv_cpu_avx2(); }
+__attribute__((target("avx2,f16c")))
+static size_t hv_cast_f32_f16_simd(uint16_t* d, const uint32_t* s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps((const float*)(s + i));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) hv_cast_f32_f16_scalar(d + i, s + i, 8);
+        else _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return i;
+}
+__attribute__((target("avx2,f16c")))
+static size_t hv_cast_f16_f32_simd(uint32_t* d, const uint16_t* s, size_t n) {
+    size_t i = 0;
+    const __m128i abs = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i*)(s + i));
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, abs), inf))) hv_cast_f16_f32_scalar(d + i, s + i, 8);
+        else _mm256_storeu_ps((float*)(d + i), _mm256_cvtph_ps(h));
+    }
+    return i;
+}
+__attribute__((target("avx2")))
+static size_t hv_cast_f32_bf16_simd(uint16_t* d, const uint32_t* s, size_t n) {
+    size_t i = 0;
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i hsign = _mm256_set1_epi32(0x8000), qnan = _mm256_set1_epi32(0x7fc0);
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i*)(s + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        __m256i hi = _mm256_srli_epi32(u, 16);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        __m256i q = _mm256_or_si256(_mm256_and_si256(hi, hsign), qnan);
+        __m256i v = _mm256_blendv_epi8(r, q, nan);
+        v = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xD8);
+        _mm_storeu_si128((__m128i*)(d + i), _mm256_castsi256_si128(v));
+    }
+    return i;
+}
+__attribute__((target("avx2")))
+static size_t hv_cast_bf16_f32_simd(uint32_t* d, const uint16_t* s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(s + i)));
+        _mm256_storeu_si256((__m256i*)(d + i), _mm256_slli_epi32(w, 16));
+    }
+    return i;
+}
+#else
+static inline int hv_cpu_cast_simd(void) { return 0; }
+static inline size_t hv_cast_f32_f16_simd(uint16_t* d, const uint32_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+static inline size_t hv_cast_f16_f32_simd(uint32_t* d, const uint16_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+static inline size_t hv_cast_f32_bf16_simd(uint16_t* d, const uint32_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+static inline size_t hv_cast_bf16_f32_simd(uint32_t* d, const uint16_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+#endif
 #endif
