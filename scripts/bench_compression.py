@@ -6,7 +6,7 @@
 
 digits: examples/train_digits.py's MLP and data (SGD with momentum, warm-up, the example's
 defaults), trained to the end with each method; accuracy on the held-out fifth. large: the
-1024-2048-2048-1024-10 MLP of bench_training.py (34 MB of float32 gradients) on synthetic data,
+1024-2048-2048-1024-10 MLP of bench_training_numpy.py (34 MB of float32 gradients) on synthetic data,
 a few steps for bytes and step time only. Bytes come from hvlite.compression.stats():
 payload = the compressed message per rank and step, wire = what one rank then sends (ring
 all-reduce 2(n-1)/n of it, all-gather n-1 times it); ratios are against the dense all-reduce.

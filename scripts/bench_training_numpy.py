@@ -1,6 +1,6 @@
 """Training throughput: one process against hvlite with and without overlap, in one run.
 
-    mpiexec -n 2 python scripts/bench_training.py [--steps 30]
+    mpiexec -n 2 python scripts/bench_training_numpy.py [--steps 30]
 
 Models (pure NumPy MLPs, synthetic data, per-rank batch fixed): "digits" (64-128-64-10, the
 demo's) and "large" (1024-2048-2048-1024-10: 34 MB of float32 gradients per step). Schedules:
@@ -79,7 +79,7 @@ def main():
         t_one = comm.bcast(timed(local_step, SGD(1e-4), only_rank0=True), root=0)
         opt = DistributedOptimizer(SGD(1e-4), model.params, prefix=f"{label}.")
         t_after = comm.allreduce(timed(after_step, opt), op=MPI.MAX)
-        trace = os.path.join(tempfile.gettempdir(), f"hvlite_bench_training_{label}.json")
+        trace = os.path.join(tempfile.gettempdir(), f"hvlite_bench_training_numpy_{label}.json")
         hvd.start_timeline(trace)
         with_timeline = comm.allreduce(timed(overlap_step, opt), op=MPI.MAX)
         hvd.stop_timeline()

@@ -9,17 +9,22 @@ SCRIPTS = [
     (["scripts/bench_small.py", "--sizes", "4K", "--calls", "5", "--reps", "2"], "MPI_Barrier"),
     (["scripts/bench_fusion.py", "--steps", "2"], "hvlite-fused-inplace"),
     (["scripts/bench_torch.py", "--reps", "3"], "torch / NumPy"),
-    (["scripts/bench_training.py", "--steps", "2"], "efficiency"),
+    (["scripts/bench_training_numpy.py", "--steps", "2"], "efficiency"),
+    (["scripts/bench_training.py", "--models", "mlp", "--rounds", "1", "--steps", "1",
+      "--warmup", "1"], "hvlite / DDP"),
+    (["scripts/bench_cast.py", "--sizes", "1001", "--repeats", "3"], "kernel"),
     (["scripts/bench_cost_model.py", "--runs", "2", "--sizes", "4K,64K"], "calibrated picks"),
     (["scripts/bench_mpi_reference.py", "--sizes", "4K", "--budget", "0.05"], "4 KiB"),
     (["scripts/bench_elastic.py", "commit", "--model", "digits", "--steps", "2", "--commits", "2"],
      "commit/step"),
 ]
 
+TORCH_SCRIPTS = {"scripts/bench_torch.py", "scripts/bench_training.py"}
+
 
 @pytest.mark.parametrize("args,expect", SCRIPTS, ids=[a[0].split("/")[1] for a, _ in SCRIPTS])
 def test_benchmark_script_runs(mpirun, args, expect):
-    if "bench_torch" in args[0]:
+    if args[0] in TORCH_SCRIPTS:
         pytest.importorskip("torch")
     out = mpirun(2, args[0], *args[1:], timeout=240, pytest_module=False)
     assert expect in out, out[-2000:]
