@@ -11,6 +11,7 @@ order each rank happened to reach them, and ranks that own different sets would 
 separate threads a set waits only for its own members, and an idle set sleeps.
 """
 import dataclasses
+import itertools
 import threading
 import weakref
 
@@ -136,12 +137,15 @@ class SetState:
     def auto_name(self, kind):
         """The next automatic name of this kind. Names cycle through AUTO_NAMES (every rank
         submits unnamed collectives in the same order, so the k-th is the same call
-        everywhere): a repeated unnamed call in a loop finds its name in the response cache
-        instead of going to rank 0 each time. 60 covers loops of 1-6 unnamed calls of differing
-        shapes."""
-        k = self.names.get(kind, 0)
-        self.names[kind] = k + 1
-        return f"{kind}{AUTO_MARK}{k % AUTO_NAMES}"
+        everywhere, whatever the arguments: a rank whose k-th call differs meets the others'
+        under one name and gets the mismatch). The response cache holds a name in one variant
+        per metadata it was agreed with, so a loop of any count of unnamed calls finds each
+        call's (name, metadata) in the cache once lcm(count, AUTO_NAMES) calls have run."""
+        names = self.names.get(kind)
+        if names is None:
+            names = self.names[kind] = itertools.cycle(
+                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)])
+        return next(names)
 
     def position(self, global_rank):
         """The set-relative rank of a global rank, or -1 when it is not in the set."""

@@ -61,6 +61,8 @@ cdef extern from "<sched.h>" nogil:
 cdef double WAIT_SLICE = 0.1    # seconds a waiting thread runs rounds between looks at signals
 cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
+cdef double CONFLICT_SECONDS = 0.25     # rank 0 waits this long on a name other ranks may have
+                                        # hit a variant of before it drops its variants
 
 
 def _widen_submit_race(double seconds):
@@ -344,14 +346,20 @@ cdef class Coordinator:
         tune_window_reset(&self.tune)
 
     def cache_slots(self):
-        """{name: slot} of the response cache (read it while no collective is in flight)."""
-        return {self.cache.names[s].decode(): s for s in range(self.cache.capacity)
-                if not self.cache.names[s].empty()}
+        """{name: [slots]} of the response cache, a slot per variant (read it while no
+        collective is in flight)."""
+        out = {}
+        for s in range(self.cache.capacity):
+            if not self.cache.names[s].empty():
+                out.setdefault(self.cache.names[s].decode(), []).append(s)
+        return out
 
     def stats(self):
         return {"rounds": self.rounds, "slow_rounds": self.slow_rounds, "ridden": self.ridden,
                 "negotiate_seconds": self.negotiate_seconds, "own_seconds": self.own_seconds,
-                "cached_names": self.cache.slot_of.size()}
+                "cached_names": self.cache.slot_of.size(),
+                "cached_slots": sum(1 for s in range(self.cache.capacity)
+                                    if not self.cache.names[s].empty())}
 
     def run(self):
         """The thread body: the loop runs without the GIL until the coordinator stops."""
@@ -516,12 +524,17 @@ cdef class Coordinator:
 
     cdef void _intake(self, vector[Request*]& fresh) noexcept nogil:
         cdef int slot
+        cdef size_t i
+        cdef const vector[int]* variants
         for req in fresh:
             if req.meta.collective == C_JOIN:
                 self.joined = True
             slot = cache_lookup(&self.cache, req.name, req.meta)
-            if slot <= -2:      # cached, but this rank's metadata changed: everyone drops it
-                self.invalid_slots.push_back(-2 - slot)
+            if slot == STALE:   # poisoned, or rows unlike rank 0's: everyone drops the name
+                variants = cache_variants(&self.cache, req.name)
+                if variants != NULL:
+                    for i in range(variants.size()):
+                        self.invalid_slots.push_back(deref(variants)[i])
                 slot = -1
             req.slot = slot if cacheable(req.meta.collective) else -1
             req.sent = False
@@ -609,6 +622,8 @@ cdef class Coordinator:
         for s in self.invalid_slots:
             bits_mark_stale(bits, W, s)
         self.invalid_slots.clear()
+        if self.ctx.rank == 0 and not self.table.entries.empty():
+            self._conflicts(bits, W, now)
         if self.joined:     # ready for every cached allreduce; anything else must fail at rank 0
             for s in range(self.cache.capacity):
                 if not self.cache.names[s].empty() and self.cache.metas[s].collective == C_ALLREDUCE:
@@ -617,6 +632,25 @@ cdef class Coordinator:
         bits_set_flags(bits, W, (0 if misses else FLAG_NO_MISSES) | (0 if stopping else FLAG_NOT_STOPPING) |
                        (0 if stall else FLAG_NO_STALL) | (FLAG_ALL_JOINED if self.joined else 0) |
                        (0 if self.tune.publish else FLAG_NO_TUNE) | (0 if self.joined else FLAG_NOT_JOINED))
+
+    cdef void _conflicts(self, vector[uint64_t]& bits, int W, double now) noexcept nogil:
+        """Rank 0: a name some ranks sent in full while it has cached variants. When ranks agree
+        this is a new variant, and the others' copies arrive soon; when they disagree (one
+        rank's call differs: a bug the user must hear of), the others hit a variant and wait
+        on its bit. Rank 0 drops the name's variants everywhere, so everyone sends it in full
+        and the mismatch is reported: at once when rank 0 itself waits on a variant, else
+        once the name has waited CONFLICT_SECONDS (a lagging rank only costs a variant)."""
+        cdef const vector[int]* variants
+        cdef size_t i
+        for kv in self.table.entries:
+            variants = cache_variants(&self.cache, kv.first)
+            if variants == NULL:
+                continue
+            it = self.pending.find(kv.first)
+            if ((it != self.pending.end() and deref(it).second.slot >= 0)
+                    or now - kv.second.first_seen >= CONFLICT_SECONDS):
+                for i in range(variants.size()):
+                    bits_mark_stale(bits, W, deref(variants)[i])
 
     cdef void _cached(self, vector[uint64_t]& bits, int W, bint run, bint rides_ok,
                       vector[Item]& items) noexcept nogil:
@@ -747,7 +781,8 @@ cdef class Coordinator:
         # requests whose slot was just handed to another name go back to rank 0
         for kv in self.pending:
             req = kv.second
-            if req.slot >= 0 and self.cache.names[req.slot] != req.name:
+            if req.slot >= 0 and (self.cache.names[req.slot] != req.name
+                                  or not same_meta(self.cache.metas[req.slot], req.meta)):
                 req.slot = -1
                 req.sent = False
         if h.fatal:

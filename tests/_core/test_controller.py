@@ -223,12 +223,19 @@ def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
     assert ctl.cache_slots() == {"a": 0}
     # the next identical submission is a hit (the worker sends only its slot's bit) ...
     assert ctl.lookup("a", meta()) == 0
-    # ... a changed shape invalidates the slot, an unknown name misses
-    assert ctl.lookup("a", meta(shape=(5,))) == -2 - 0
+    # ... a changed shape misses (a new variant), a poisoned request drops the name
+    # everywhere (STALE), an unknown name misses
+    assert ctl.lookup("a", meta(shape=(5,))) == -1
+    assert ctl.lookup("a", meta(error="bad dtype")) == -2
     assert ctl.lookup("b", meta()) == -1
-    # sent to rank 0 again, the name moves to the free slot and leaves its old one
+    # sent to rank 0 again with the same metadata, the name moves to the free slot and leaves
+    # its old one
     resp = respond(ctl, [sub(("a", meta()))] * n)
     assert answer(resp, "a")["slot"] == 1 and ctl.cache_slots() == {"a": 1}
+    # agreed with another shape, the name holds both variants, and each hits
+    resp = respond(ctl, [sub(("a", meta(shape=(5,))))] * n)
+    assert answer(resp, "a")["slot"] == 0 and ctl.cache_slots() == {"a": [0, 1]}
+    assert ctl.lookup("a", meta(shape=(5,))) == 0 and ctl.lookup("a", meta()) == 1
 
 
 def test_allgather_and_barrier_are_cached_alltoall_and_join_are_not():

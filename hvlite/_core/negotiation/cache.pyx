@@ -40,32 +40,65 @@ cdef bint same_meta(const Meta& a, const Meta& b) noexcept nogil:
             a.error.empty() and b.error.empty())
 
 
-cdef int cache_lookup(Cache* c, const string& name, const Meta& meta) noexcept nogil:
-    if c.capacity == 0:
-        return -1
+cdef const vector[int]* cache_variants(Cache* c, const string& name) noexcept nogil:
+    """The slots `name` holds (NULL: none)."""
     it = c.slot_of.find(name)
     if it == c.slot_of.end():
+        return NULL
+    return &deref(it).second
+
+
+cdef int cache_lookup(Cache* c, const string& name, const Meta& meta) noexcept nogil:
+    """A miss on a name with other variants is only a miss: the request goes to rank 0, which
+    gives it a slot of its own once every rank has sent it. Were the ranks to disagree (a
+    bug: one rank's k-th call differs), rank 0 sees the name pending while others hit one of
+    its variants and drops them all (coordinator._conflicts), so the mismatch is reported."""
+    if c.capacity == 0:
         return -1
-    cdef int slot = deref(it).second
-    if same_meta(c.metas[slot], meta):
-        return slot
-    return -2 - slot
+    cdef const vector[int]* slots = cache_variants(c, name)
+    if slots == NULL:
+        return -1
+    cdef size_t i
+    for i in range(slots.size()):
+        if same_meta(c.metas[deref(slots)[i]], meta):
+            return deref(slots)[i]
+    if not meta.error.empty() or meta.collective == C_ALLGATHER:
+        return STALE
+    return -1
 
 
 cdef void cache_evict(Cache* c, int slot) noexcept nogil:
-    if not c.names[slot].empty():
-        c.slot_of.erase(c.names[slot])
-        c.names[slot] = string()
+    cdef vector[int]* slots
+    cdef size_t i
+    if c.names[slot].empty():
+        return
+    it = c.slot_of.find(c.names[slot])
+    if it != c.slot_of.end():
+        slots = &deref(it).second
+        for i in range(slots.size()):
+            if deref(slots)[i] == slot:
+                slots.erase(slots.begin() + i)
+                break
+        if slots.empty():
+            c.slot_of.erase(it)
+    c.names[slot] = string()
 
 
 cdef void cache_put(Cache* c, int slot, const string& name, const Meta& meta) noexcept nogil:
+    """Every rank applies rank 0's answers in one order, so every rank's cache stays the same."""
     cache_evict(c, slot)
-    it = c.slot_of.find(name)
-    if it != c.slot_of.end():
-        cache_evict(c, deref(it).second)
+    cdef const vector[int]* slots = cache_variants(c, name)
+    cdef int old = -1
+    cdef size_t i
+    if slots != NULL:
+        for i in range(slots.size()):
+            if same_meta(c.metas[deref(slots)[i]], meta):
+                old = deref(slots)[i]
+    if old >= 0:
+        cache_evict(c, old)
     c.names[slot] = name
     c.metas[slot] = meta
-    c.slot_of[name] = slot
+    c.slot_of[name].push_back(slot)
 
 
 cdef int cache_pick_slot(Cache* c) noexcept nogil:

@@ -388,11 +388,18 @@ cdef class Controller:
         return out
 
     def cache_slots(self):
-        return {self.cache.names[s].decode("utf-8", "surrogateescape"): s
-                for s in range(self.cache.capacity) if not self.cache.names[s].empty()}
+        """{name: slot}, or {name: [slots]} for a name held in several variants."""
+        out = {}
+        for s in range(self.cache.capacity):
+            if not self.cache.names[s].empty():
+                name = self.cache.names[s].decode("utf-8", "surrogateescape")
+                out[name] = s if name not in out else (
+                    out[name] + [s] if isinstance(out[name], list) else [out[name], s])
+        return out
 
     def lookup(self, name, meta):
-        """A worker's cache lookup: slot (hit), -1 (miss) or -2 - slot (metadata changed)."""
+        """A worker's cache lookup: slot (hit), -1 (miss) or -2 (STALE: drop the name's
+        variants everywhere)."""
         cdef bytes bname = name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
         cdef Meta m
         m.collective, m.dtype, m.op, m.root, m.algorithm = meta[0], meta[1], meta[2], meta[3], meta[4]
