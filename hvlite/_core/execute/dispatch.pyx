@@ -206,6 +206,8 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
     cdef int err = 0
     cdef double nbytes = <double>(count * dtype_size(dtype))
     cdef ShmPiece piece
+    cdef allreduce_fn cross
+    cdef long div = 1          # > 1: the shared segment divides an Average's chunks itself
     if count == 0:
         return 0
     if op == OP_ADASUM:
@@ -216,14 +218,17 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
         elif (algo == ALG_SHM or algo == ALG_HIERARCHICAL) and c.shm_ok:
             # Within the node in shared memory; across nodes (if any) on each rank's slice.
             err = 1
+            cross = _cross_fn(c, count * dtype_size(dtype))
+            if op == OP_AVERAGE and cross == NULL:
+                div = divisor
             if c.direct_ok:         # one node whose ranks read each other's buffers
                 piece.input = piece.output = buf
                 piece.start = 0
                 piece.count = count
-                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm, c.outs)
+                err = shm_direct_allreduce(&piece, 1, count, dtype, kop, &c.shm, c.outs, div)
             if err == 1:
-                err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform,
-                                    _cross_fn(c, count * dtype_size(dtype)), &c.scratch)
+                err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform, cross,
+                                    &c.scratch, div)
         elif algo == ALG_SHM:
             err = HV_ERR_SHM
         elif algo == ALG_HIERARCHICAL:
@@ -237,7 +242,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
                 _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
         else:
             err = _flat_fn(algo)(buf, count, dtype, kop, c.comm, &c.scratch)
-    if err == 0:
+    if err == 0 and div == 1:
         finish_op(buf, count, dtype, op, divisor)
     return err
 
@@ -278,12 +283,14 @@ cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces
     """Each piece's input reduced into its output through the shared segment (no packing):
     straight from the peers' buffers where the node allows it, else through the slots."""
     cdef int err = 1
+    cdef long div = divisor if op == OP_AVERAGE else 1     # one node: the segment divides
     if c.direct_ok:
-        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm, c.outs)
+        err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm, c.outs,
+                                   div)
     if err == 1:
-        err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm)
+        err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm, div)
     cdef size_t k
-    if err == 0:
+    if err == 0 and div == 1:
         for k in range(npieces):
             if pieces[k].output != NULL:
                 finish_op(pieces[k].output, pieces[k].count, dtype, op, divisor)

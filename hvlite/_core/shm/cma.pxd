@@ -10,8 +10,9 @@ cdef struct OutMap:
 
 # A batch's all-reduce on one node through the peers' own buffers (see shm/cma.pyx): 0 done,
 # 1 take the slot path instead (the same on every rank), or an error code. `op` is a kernel op.
+# divisor > 1: each result chunk divided before it goes out (Average's last pass, fused).
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a, const OutMap* maps) noexcept nogil
+                              ShmArea* a, const OutMap* maps, long divisor) noexcept nogil
 # Collective over the node: 1 when this rank can read every peer's memory.
 cdef int direct_probe(ShmArea* a) noexcept nogil
 # A context that uses cross-memory attach holds this: the first hold opens the process to any

@@ -30,7 +30,7 @@ from libc.stdlib cimport malloc, calloc, free
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport reduce_into
+from hvlite._core.kernels.reduce cimport divide_by, reduce_into
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
 from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
                                shm_slice_start, shm_gather, shm_scatter)
@@ -248,6 +248,21 @@ cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, cons
         i += 1
 
 
+cdef void _divide_own(const int64_t* w, size_t np, size_t a, size_t b, size_t es, int dtype,
+                      long divisor) noexcept nogil:
+    """This rank's in-place buffers for [a, b) divided by `divisor` (Average's last pass, while
+    the chunk is still in the cache)."""
+    cdef size_t i = _find(w, np, a), stop, take
+    while a < b and i < np:
+        stop = <size_t>(w[i * PER] + w[i * PER + 1])
+        take = (stop if stop < b else b) - a
+        if take:
+            divide_by(<char*>(<uint64_t>w[i * PER + 3]) + (a - <size_t>w[i * PER]) * es, take,
+                      dtype, divisor)
+            a += take
+        i += 1
+
+
 cdef OutMap _NO_MAP
 
 
@@ -256,9 +271,10 @@ cdef inline const OutMap* _map(const OutMap* maps, int r) noexcept nogil:
 
 
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a, const OutMap* maps) noexcept nogil:
+                              ShmArea* a, const OutMap* maps, long divisor) noexcept nogil:
     """Returns 0 when done, 1 when the caller must take the slot path (every rank returns the
-    same), or an error code. maps: per node rank, its output arena mapped here (or NULL)."""
+    same), or an error code. maps: per node rank, its output arena mapped here (or NULL).
+    divisor > 1: each chunk's result is divided before it goes out (a fused Average)."""
     cdef size_t es = dtype_size(dtype), k, lo, hi, at, n, step = CHUNK // es
     cdef int parity = (a.epoch + 1) & 1, r, err = 0, fallback = 0, e
     cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
@@ -316,6 +332,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                     err = _peer_inputs(&tables[r], at, at + n, es, tmp, loc, rem)
                     if err == 0:
                         _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
+            if divisor > 1 and err == 0:
+                _divide_own(tables[a.me].w, np, at, at + n, es, dtype, divisor)
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
                     err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
@@ -332,6 +350,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                 if r:
                     reduce_into(acc, tmp, n, dtype, op)
             if err == 0:
+                if divisor > 1:
+                    divide_by(acc, n, dtype, divisor)
                 shm_scatter(p, np, at, at + n, acc, dtype)
             for r in range(a.L):
                 if r != a.me and err == 0:

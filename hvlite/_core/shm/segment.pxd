@@ -23,8 +23,11 @@ cdef void shm_set_why(ShmArea* a, str why)
 
 # In place over the node; with `cross` (size > 1) the node's partial result is all-reduced among
 # the nodes with cross_fn: per slice (uniform nodes) or by the leaders (uneven nodes).
+# divisor > 1 (no cross_fn only): each result chunk is divided while still in L1, the last pass
+# of an Average (op is then the kernel op, Sum).
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
-                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s) noexcept nogil
+                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s,
+                       long divisor) noexcept nogil
 
 # One tensor of a fused batch: elements [start, start + count) of the batch. input NULL: the
 # op's identity (a rank that has joined); output NULL: the result is not kept.
@@ -38,7 +41,7 @@ cdef struct ShmPiece:
 # the tensors' inputs into this rank's slot and the reduced result scattered into their outputs;
 # no fusion buffer. Single node only (HV_ERR_SHM where there is no segment).
 cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a) noexcept nogil
+                              ShmArea* a, long divisor) noexcept nogil
 
 # words[i] = AND over the node's ranks of their words[i] (collective over the node; n * 8 bytes
 # must fit a slot): one barrier, no MPI call. Returns HV_ERR_LOST once a peer is lost.

@@ -30,7 +30,7 @@ from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport reduce_into, fill_identity
+from hvlite._core.kernels.reduce cimport divide_by, reduce_into, fill_identity
 from hvlite._core.algorithms.p2p cimport block_start, comm_size
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST, HV_ERR_DESYNC
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
@@ -191,10 +191,11 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
 
 
 cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
-                  const char* own, char* dst, char* dst2) noexcept nogil:
+                  const char* own, char* dst, char* dst2, long divisor) noexcept nogil:
     """dst (and dst2) = slot_0 op slot_1 op ... op slot_{L-1} over elements [offset, offset +
-    count), chunk by chunk in an L1-resident accumulator. With `own` (this rank's data for the
-    same elements) this rank's contribution is read from there instead of its slot."""
+    count), chunk by chunk in an L1-resident accumulator (divided by `divisor` there when > 1:
+    an Average costs no pass of its own). With `own` (this rank's data for the same elements)
+    this rank's contribution is read from there instead of its slot."""
     cdef double acc_mem[2048]         # CHUNK bytes, 8-byte aligned
     cdef char* acc = <char*>acc_mem
     cdef size_t es = dtype_size(dtype), step = CHUNK // es, done = 0, n, at
@@ -209,6 +210,8 @@ cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype
                 memcpy(acc, src, n * es)
             else:
                 reduce_into(acc, src, n, dtype, op)
+        if divisor > 1:
+            divide_by(acc, n, dtype, divisor)
         memcpy(dst + done * es, acc, n * es)
         if dst2 != NULL:
             memcpy(dst2 + done * es, acc, n * es)
@@ -223,7 +226,8 @@ cdef inline void _copy_except(char* dst, const char* src, size_t n, size_t lo, s
 
 
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
-                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s) noexcept nogil:
+                       MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s,
+                       long divisor) noexcept nogil:
     cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, lo, hi, nlo, nhi, nn, nseg, k
     # The mode must be the same on every rank of the node: it depends on the job having several
     # nodes, not on this rank's cross communicator (uneven nodes leave some ranks alone in it).
@@ -242,9 +246,13 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
                 off = k * per
                 err = cross_fn(buf + off * es, count - off if count - off < per else per,
                                dtype, op, cross, s)
+        if divisor > 1 and err == 0:
+            divide_by(buf, count, dtype, divisor)
         return err
     if a.base == NULL:
         return HV_ERR_SHM
+    if has_cross:
+        divisor = 1             # the nodes' sum comes after: the caller divides
     if not has_cross and (count if count < per else per) * es <= a.redundant_max:
         # Every rank reduces every slot: one barrier per segment.
         for k in range(nseg):
@@ -253,7 +261,7 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
             p = (a.epoch + 1) & 1
             memcpy(_slot(a, a.me, p), buf + off * es, n * es)
             _barrier(a)
-            _reduce(a, p, 0, n, dtype, op, buf + off * es, buf + off * es, NULL)
+            _reduce(a, p, 0, n, dtype, op, buf + off * es, buf + off * es, NULL, divisor)
         return a.lost
     # Sliced (or, on uneven nodes, by the leader): segment k + 1 is copied in while segment k is
     # reduced, one barrier per segment. A rank copies in only what the others reduce, reduces
@@ -271,7 +279,7 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
         q = p ^ 1
         if hi > lo:
             _reduce(a, p, lo, hi - lo, dtype, op, seg + lo * es, _result(a, q) + lo * es,
-                    NULL if has_cross else seg + lo * es)
+                    NULL if has_cross else seg + lo * es, divisor)
             if talk and err == 0:
                 err = cross_fn(_result(a, q) + lo * es, hi - lo, dtype, op, cross, s)
             if has_cross:
@@ -347,7 +355,7 @@ cdef inline void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, cons
 
 
 cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, int dtype, int op,
-                            const ShmPiece* p, size_t np) noexcept nogil:
+                            const ShmPiece* p, size_t np, long divisor) noexcept nogil:
     """Every slot's elements [0, count) reduced in slot order, straight into the pieces' outputs
     for virtual elements [off, off + count)."""
     cdef double acc_mem[2048]
@@ -359,6 +367,8 @@ cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, in
         memcpy(acc, _slot(a, 0, parity) + done * es, n * es)
         for r in range(1, a.L):
             reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
+        if divisor > 1:
+            divide_by(acc, n, dtype, divisor)
         _scatter(p, np, off + done, off + done + n, acc, dtype)
         done += n
 
@@ -372,7 +382,8 @@ cdef inline void _gather_except(const ShmPiece* p, size_t np, size_t off, size_t
 
 
 cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, size_t hi, int dtype,
-                               int op, const ShmPiece* p, size_t np, char* result) noexcept nogil:
+                               int op, const ShmPiece* p, size_t np, char* result,
+                               long divisor) noexcept nogil:
     """result[lo:hi) and the pieces' outputs for batch elements [off + lo, off + hi) = the slots
     reduced in slot order, this rank's own contribution read from its inputs."""
     cdef double acc_mem[2048]
@@ -391,13 +402,15 @@ cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, si
                 memcpy(acc, src, n * es)
             else:
                 reduce_into(acc, src, n, dtype, op)
+        if divisor > 1:
+            divide_by(acc, n, dtype, divisor)
         memcpy(result + at * es, acc, n * es)
         _scatter(p, np, off + at, off + at + n, acc, dtype)
         at += n
 
 
 cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a) noexcept nogil:
+                              ShmArea* a, long divisor) noexcept nogil:
     cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, lo, hi, nn, nseg, k
     cdef int pa, q
     if count == 0:
@@ -412,7 +425,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             pa = (a.epoch + 1) & 1
             _gather(p, np, off, off + n, _slot(a, a.me, pa), dtype, op)
             _barrier(a)
-            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np)
+            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np, divisor)
         return a.lost
     # As shm_allreduce: gather only what the others reduce, reduce this rank's slice from its own
     # inputs (through an L1 buffer) and the others' slots, scatter it from the accumulator.
@@ -427,7 +440,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
         hi = _slice_start(n, a.L, a.me + 1, es)
         pa = a.epoch & 1
         q = pa ^ 1
-        _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q))
+        _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q), divisor)
         if k + 1 < nseg:
             nn = count - off - per if count - off - per < per else per
             _gather_except(p, np, off + per, nn, _slice_start(nn, a.L, a.me, es),
