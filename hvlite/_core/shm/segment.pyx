@@ -48,7 +48,9 @@ cdef enum:
     CHUNK = 16384            # bytes reduced at a time, so the accumulator stays in L1
     MIN_SEG = 65536          # smallest segment tried when /dev/shm is short of space
     SPIN = 256               # flag checks before yielding,
-    YIELDS = 4096            # then yields before sleeping (oversubscribed runs)
+    YIELDS = 64              # then yields before sleeping: a waiting thread that yields for
+                             # long takes the core from the compute of the rank beside it
+                             # (4096 yields: whole training steps 8-25% slower, benchmarks.md)
 
 _names = [0]
 
