@@ -1,5 +1,6 @@
 """hvlite for PyTorch under Horovod's names: `import hvlite.torch as hvd` in place of
-`import horovod.torch as hvd`. CPU tensors; see the README's migration table for the rest."""
+`import horovod.torch as hvd`. CPU and CUDA tensors (CUDA through CuPy); see the README's
+migration table for the rest."""
 import torch
 
 import hvlite as _hv
