@@ -142,9 +142,9 @@ class SetState:
         per metadata it was agreed with, so a loop of any count of unnamed calls finds each
         call's (name, metadata) in the cache once lcm(count, AUTO_NAMES) calls have run."""
         names = self.names.get(kind)
-        if names is None:
-            names = self.names[kind] = itertools.cycle(
-                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)])
+        if names is None:       # setdefault: two threads' first calls share one cycle
+            names = self.names.setdefault(kind, itertools.cycle(
+                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)]))
         return next(names)
 
     def position(self, global_rank):

@@ -611,6 +611,13 @@ cdef class Coordinator:
             if req.slot >= 0 and self.njoined and not self.joined and req.meta.collective != C_ALLREDUCE:
                 req.slot = -1       # rank 0 answers it: with ranks joined it must fail, not run
                 req.sent = False
+            if req.slot >= 0 and now - req.submitted >= CONFLICT_SECONDS:
+                # Long on a cached slot: the ranks may hold different variants of the name (an
+                # odd rank's call can match another variant), and then no bit ever completes.
+                # Rank 0 hears of it in full: it agrees, or reports the mismatch; a rank that
+                # is only late costs one trip and the name's variants (_conflicts).
+                req.slot = -1
+                req.sent = False
             if req.slot >= 0:
                 bits_mark_ready(bits, req.slot)
                 if self.ride.at[req.slot] >= 0:
@@ -639,7 +646,9 @@ cdef class Coordinator:
         rank's call differs: a bug the user must hear of), the others hit a variant and wait
         on its bit. Rank 0 drops the name's variants everywhere, so everyone sends it in full
         and the mismatch is reported: at once when rank 0 itself waits on a variant, else
-        once the name has waited CONFLICT_SECONDS (a lagging rank only costs a variant)."""
+        once the name has waited CONFLICT_SECONDS (a lagging rank only costs the name's
+        variants, relearned in one trip each, against a wait of CONFLICT_SECONDS). Ranks that
+        hit different variants each give up their slot after CONFLICT_SECONDS (_vote)."""
         cdef const vector[int]* variants
         cdef size_t i
         for kv in self.table.entries:

@@ -139,6 +139,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
     name = st.auto_name(_WHAT[kind]) if name is None or name == "" else str(name)   # as the host path
     be = arr = None
     code = o = root = 0
+    aware = kind in (ALLREDUCE, BROADCAST) and st.id == 0 and is_cuda_aware(rt)[0]
     if problem is None:
         try:
             if bad_name:
@@ -146,27 +147,19 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
             be = backend_for(x)
             arr, restore, code, o, root = _checked(be, x, kind, what, name, op, root_rank, st,
                                                    inplace)
+            # what can still fail here (a copy, an allocation) fails before the ticket, so it
+            # goes out in it and every rank fails; nothing after the ticket may fail alone
+            xp, eng = be.xp, be.engine
+            caller = be.caller_stream(x)
+            with be.use(caller):
+                src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
+                out = src if inplace else (None if aware else xp.empty_like(src))
+            after = eng.record(caller)
         except (DtypeError, InvalidArgumentError) as e:
             problem = e
         except Exception as e:          # noqa: BLE001 - e.g. a dtype the array library lacks
             problem = DtypeError(f"{what} {name!r}: this {type(x).__name__} cannot be used on "
                                  f"the device: {type(e).__name__}: {e}")
-    w = worker_of(st)
-    size = 0 if arr is None or kind in (ALLGATHER, ALLTOALL) else arr.nbytes  # those may differ
-    record = ticket_record(name, kind, code, o, root, size, problem is not None, w.next_order())
-    ticket = _host.allgather_async(record, name=name, process_set=ps)
-    if problem is not None:
-        w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain its ticket
-        raise problem
-    xp, eng = be.xp, be.engine
-    caller = be.caller_stream(x)
-    with be.use(caller):
-        src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
-        direct = _direct_comm(rt, st) if kind in (ALLREDUCE, BROADCAST) else None
-        out = src if inplace else (xp.empty_like(src) if direct is None else None)
-    after = eng.record(caller)
-    job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
-               direct, rt.settings.cuda_chunk_bytes, w)
 
     def finish(result):
         value, done = result[:2]               # result[2:]: host buffers kept until here
@@ -176,8 +169,21 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
         if isinstance(value, tuple):
             return restore(value[0]), value[1]
         return restore(value)
-    handle = DeviceHandle(name, finish)
-    w.submit(handle, job)
+
+    w = worker_of(st)
+    size = 0 if arr is None or kind in (ALLGATHER, ALLTOALL) else arr.nbytes  # those may differ
+    with w.queue_lock:      # order numbers, tickets and the queue in one order, whatever thread
+        record = ticket_record(name, kind, code, o, root, size, problem is not None,
+                               w.next_order())
+        ticket = _host.allgather_async(record, name=name, process_set=ps)
+        if problem is not None:
+            w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain it
+            raise problem
+        direct = _direct_comm(rt, st) if aware else None
+        job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
+                   direct, rt.settings.cuda_chunk_bytes, w)
+        handle = DeviceHandle(name, finish)
+        w.submit(handle, job)
     return handle
 
 

@@ -80,6 +80,7 @@ class DeviceWorker:
         self.queue = queue.Queue()
         self.count = 0                 # device collectives submitted on this set (their order)
         self.lock = threading.Lock()
+        self.queue_lock = threading.RLock()    # submit(): order, ticket and queue together
         self.slots = {}                # backend -> pinned staging slots
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"hvlite-gpu-{set_id}")
@@ -93,7 +94,8 @@ class DeviceWorker:
     def ticket_table(self, ticket):
         """The ticket's table. A ticket that failed in the host negotiation (another rank
         passed a host array under its name) formed no table: the ranks that counted it stop
-        counting it, so their order agrees again with the ranks that never did."""
+        counting it, so their order agrees again with the ranks that never did (device calls
+        submitted before this ran carry the old count: they fail on every rank alike)."""
         try:
             return ticket.synchronize()
         except BaseException:

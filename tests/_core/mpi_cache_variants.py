@@ -29,11 +29,16 @@ def call(k, op=hvd.Sum, size=None, dtype=np.float32):
         fails.append(f"call {k}: wrong result {got[:2]}")
 
 
+def loop_call(k, size=None, op=None):
+    """The loop's k-th call: Average every third, float64 the third."""
+    call(k, op=op or (hvd.Sum if k % 3 else hvd.Average), size=size,
+         dtype=np.float64 if k == 2 else np.float32)
+
+
 def loop(steps, p):
     for _ in range(steps):
         for k in range(p):
-            call(k, op=hvd.Sum if k % 3 else hvd.Average,
-                 dtype=np.float64 if k == 2 else np.float32)
+            loop_call(k)
 
 
 def warm_then_count(what, run, warm_steps):
@@ -77,6 +82,26 @@ for bad in ([1, 0] if n > 1 else []):
             elif "(5,)" not in str(e):
                 fails.append(f"the mismatch does not name the odd shape: {e}")
     loop(2, 7)                                    # right again
+# The odd call matches another cached variant of its name (each rank hits a different slot):
+# still the mismatch everywhere, after CONFLICT_SECONDS at most, never a hang.
+loop(int(np.lcm(7, 60)) // 7 + 1, 7)
+for bad in ([1, 0] if n > 1 else []):
+    for k in range(7):
+        odd = k == 3 and r == bad           # shaped as the loop's 4th call: Sum, SIZES[4]
+        t0 = time.perf_counter()
+        try:
+            if odd:
+                loop_call(4, size=SIZES[4], op=hvd.Sum)
+            else:
+                loop_call(k)
+            if k == 3:
+                fails.append(f"rank {bad}'s call shaped like another variant ran")
+        except hvd.MismatchError as e:
+            if k != 3:
+                fails.append(f"call {k}: {e}")
+            elif time.perf_counter() - t0 > 5:
+                fails.append(f"rank {bad}'s variant-shaped odd call took over 5 s to fail")
+    loop(2, 7)
 print(f"rank {r}: {'FAIL ' + '; '.join(fails) if fails else 'variants ok'}", flush=True)
 hvd.shutdown()
 sys.exit(1 if fails else 0)

@@ -81,6 +81,17 @@ expect_error("other GPU", lambda: hvd.allreduce(x(device=1 if r == n - 1 else 0)
 # the same for the other collectives' device forms
 expect_error("broadcast on another GPU", lambda: hvd.broadcast(
     x(device=1 if r == 0 else 0), root_rank=0, name="bgpu"), bad, ["GPU 1", "rank(s) [0]"])
+# something that fails on one rank while the call is prepared (an allocation, say) fails
+# before the ticket goes out, so every rank fails instead of waiting for that rank's data
+real = be.caller_stream
+if r == 1:
+    def broken(x):
+        raise MemoryError("out of device memory (stand-in)")
+    be.caller_stream = broken
+expect_error("a failure while preparing, on one rank",
+             lambda: hvd.allreduce(x(), op=hvd.Sum, name="oom"), bad + (hvd.DtypeError,),
+             ["out of device memory", "rank(s) [1]"])
+be.caller_stream = real
 good("at the end", "ok4")
 print(f"rank {r}: {'FAIL ' + ', '.join(fails) if fails else 'route ok'}", flush=True)
 hvd.shutdown()
