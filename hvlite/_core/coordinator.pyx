@@ -72,6 +72,14 @@ def _widen_submit_race(double seconds):
     _race_pause = seconds
 
 
+def _conflict_after(double seconds):
+    """Tests only: how long a request waits on a cached slot, and rank 0 on a name pending in
+    full beside cached variants, before they go to rank 0 (default 0.25 s): a test that counts
+    trips to rank 0 makes it long, so a rank slowed by the machine cannot add trips."""
+    global CONFLICT_SECONDS
+    CONFLICT_SECONDS = seconds
+
+
 cdef class Coordinator:
     cdef Context ctx
     cdef hv_monitor qmon          # queue, in-flight names, stop flag, death, the flags below

@@ -176,10 +176,12 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
         record = ticket_record(name, kind, code, o, root, size, problem is not None,
                                w.next_order())
         ticket = _host.allgather_async(record, name=name, process_set=ps)
+        # a collective Dup on the first call: a rank that rejected its call makes it too, so
+        # no peer waits in it for this rank
+        direct = _direct_comm(rt, st) if aware else None
         if problem is not None:
             w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain it
             raise problem
-        direct = _direct_comm(rt, st) if aware else None
         job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
                    direct, rt.settings.cuda_chunk_bytes, w)
         handle = DeviceHandle(name, finish)

@@ -14,6 +14,7 @@ import torch
 import hvlite as _hv
 from hvlite import collectives as _coll
 from hvlite import route as _route
+from hvlite._core.codes import COLLECTIVES
 from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
@@ -88,15 +89,11 @@ def poisoned(kind, name, error, process_set=None, tensor=None):
                 _GLOBAL if process_set is None else process_set)
 
 
-_WHAT = {_coll.ALLREDUCE: "allreduce", _coll.ALLGATHER: "allgather",
-         _coll.BROADCAST: "broadcast", _coll.ALLTOALL: "alltoall",
-         _coll.REDUCESCATTER: "reducescatter"}
-
-
 def view(t, kind, name, allow_bool=True, process_set=None):
     """The operand for tensor `t`: a NumPy view of a CPU tensor's memory, or the CUDA tensor
     itself; a bad tensor poisons the collective."""
-    label = f"{_WHAT[kind]} {name!r}" if name else _WHAT[kind]
+    what = COLLECTIVES[kind]           # the core's name table: "allreduce", ...
+    label = f"{what} {name!r}" if name else what
     if not isinstance(t, torch.Tensor):
         poisoned(kind, name, InvalidArgumentError(
             f"{label}: expected a torch.Tensor, got {type(t).__name__}"), process_set)
