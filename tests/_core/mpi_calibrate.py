@@ -2,6 +2,7 @@
 turn on its first calls, then keeps the fastest, the same on every rank, per process set."""
 import json
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -33,18 +34,62 @@ def ran(nbytes, name):
     return ALGORITHMS[algo]
 
 
+def class_of(nbytes, apart=False):
+    return 1 << max(10, min(24, int(max(1, nbytes // 4) * 4).bit_length() - 1))
+
+
+def settle(sizes, call, apart=False, most=100):
+    """A class whose pick the job's calls did not confirm is measured again (on an
+    oversubscribed machine timings move): call on until each class has a pick again."""
+    for n in sizes:
+        for _ in range(most):
+            if class_of(n) in RT.global_state.coordinator.calibration(out_of_place=apart):
+                break
+            call(n)
+
+
+def model_pick(nbytes):
+    model = RT.global_state.coordinator.cost_model()
+    return choose_name(max(1, nbytes // 4) * 4, N, model, nodes=RT.engine.cross_size,
+                       local_size=RT.engine.local_size, shm=RT.shm_info["available"])
+
+
+def check_trials(nbytes, tried, entry, failures):
+    """The schedule of a class's first calls (tuning/calibrate.pyx): the first call went
+    through rank 0 (a new name), so it ran the model's choice untimed; then every candidate
+    twice, those within 2x of the fastest once more (the others dropped), the pick within 5%
+    of the fastest survivor, and the pick for every later call."""
+    if tried[0] != model_pick(nbytes):
+        failures.append(f"{nbytes} B: the first call (a miss) ran {tried[0]}, not the model's "
+                        f"{model_pick(nbytes)}")
+    calls, secs = entry["calls"], entry["seconds"]
+    k, total = len(calls), sum(calls.values())
+    trials = tried[1:1 + total]
+    if sorted(trials[:k]) != sorted(calls) or sorted(trials[k:2 * k]) != sorted(calls):
+        failures.append(f"{nbytes} B: first passes {trials[:2 * k]} for candidates {calls}")
+    if Counter(trials) != Counter(calls):
+        failures.append(f"{nbytes} B: trials {trials} against the table's {calls}")
+    survivors = [a for a, c in calls.items() if c == 3] or [min(secs, key=secs.get)]
+    if set(calls.values()) - {2, 3} or len(survivors) == 0:
+        failures.append(f"{nbytes} B: candidates ran {calls} calls (2: dropped, 3: survivors)")
+    if entry["pick"] not in survivors or secs[entry["pick"]] > 1.05 * min(secs[a] for a in survivors):
+        failures.append(f"{nbytes} B: picked {entry['pick']}, measured {secs}, calls {calls}")
+    after = tried[1 + total:]
+    if entry["redos"] == 0 and any(a != entry["pick"] for a in after):
+        failures.append(f"{nbytes} B ran {after} after its trials; the pick is {entry['pick']}")
+
+
 def test_each_class_tried_then_kept():
     failures = []
     tried = {n: [ran(n, f"cal.{n}") for _ in range(20)] for n in SIZES}
+    if ON:
+        settle(SIZES, lambda n: ran(n, f"cal.{n}"))
     measured = table()
     if not ON:
         assert measured == {}
-        model = RT.global_state.coordinator.cost_model()
         for n, algos in tried.items():
-            want = choose_name(max(1, n // 4) * 4, N, model, nodes=RT.engine.cross_size,
-                               local_size=RT.engine.local_size, shm=RT.shm_info["available"])
-            if set(algos) != {want} and N > 1:
-                failures.append(f"{n} B ran {algos}, the model picks {want}")
+            if set(algos) != {model_pick(n)} and N > 1:
+                failures.append(f"{n} B ran {algos}, the model picks {model_pick(n)}")
         assert_everywhere(failures)
         return
     if N == 1:
@@ -55,22 +100,52 @@ def test_each_class_tried_then_kept():
         entry = measured.get(cls)
         if entry is None:
             failures.append(f"{n} B: class {cls} not measured after 20 calls: {sorted(measured)}")
-            continue
-        secs = entry["seconds"]
-        if secs:            # a lone candidate is taken without trials
-            # each candidate ran three times, in turn, then the pick for good
-            k = len(secs)
-            if sorted(tried[n][:3 * k]) != sorted(list(secs) * 3):
-                failures.append(f"{n} B: trials {tried[n][:3 * k]} for candidates {secs}")
-            # the fastest, or one within 10% of it that the model ranks first
-            if entry["pick"] not in secs or secs[entry["pick"]] > 1.10 * min(secs.values()):
-                failures.append(f"class {cls}: picked {entry['pick']}, measured {secs}")
-        after = tried[n][3 * len(secs):]
-        if any(a != entry["pick"] for a in after):
-            failures.append(f"{n} B ran {after} after its trials; the pick is {entry['pick']}")
+        elif entry["seconds"] and entry["redos"] == 0:   # a lone candidate has no trials
+            check_trials(n, tried[n], entry, failures)
+        elif entry["seconds"]:      # measured again (calls unlike the trials): a valid pick
+            secs = entry["seconds"]
+            if entry["calls"].get(entry["pick"]) == 2 and len(secs) > 1 and any(
+                    c == 3 for c in entry["calls"].values()):
+                failures.append(f"{n} B: picked {entry['pick']}, dropped: {entry}")
+        elif any(a != entry["pick"] for a in tried[n]):
+            failures.append(f"{n} B: a lone candidate {entry['pick']}, but ran {tried[n]}")
     if RANK == 0:                       # what test_debug_names_what_was_measured compares with
         print("calibration table: " + json.dumps(measured), flush=True)
     # picks and times are agreed (the slowest rank's): the same bits everywhere
+    everyone = MPI.COMM_WORLD.allgather(table())
+    if any(t != everyone[0] for t in everyone):
+        failures.append(f"tables differ between ranks: {everyone}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.skipif(not ON or MPI.COMM_WORLD.Get_size() != 2,
+                    reason="timings mean something at 2 ranks on 2 cores, not oversubscribed")
+def test_a_disturbed_calibration_is_measured_again():
+    """Trials timed on a busy machine (here: recorded at 3x their time) make a pick the job's
+    later calls do not confirm: the class is measured again, and the new trials are what the
+    job's calls take. (Oversubscribed, a lone call can be 3x off by chance: 2 ranks only.)"""
+    coord, nbytes, failures = RT.global_state.coordinator, 600 << 10, []
+    cls = 1 << 19
+    coord._scale_trials(4.0)
+    k = 0
+    while table().get(cls) is None and k < 40:
+        ran(nbytes, "cal.disturbed")
+        k += 1
+    coord._scale_trials(1.0)
+    first = table().get(cls)
+    if first is None or not first["seconds"]:
+        pytest.skip(f"no trials at {nbytes} B (a lone candidate): {first}")
+    for _ in range(60):
+        ran(nbytes, "cal.disturbed")
+    settle([nbytes], lambda n: ran(n, "cal.disturbed"))
+    again = table()[cls]
+    if not 1 <= again["redos"] <= 3:
+        failures.append(f"measured again {again['redos']} times: {first} -> {again}")
+    if again["confirmed"] is None or again["confirmed"] > first["seconds"][first["pick"]] / 1.5:
+        failures.append(f"the job's calls took {again['confirmed']} s against the disturbed "
+                        f"trials' {first['seconds']}")
+    if again["seconds"][again["pick"]] > first["seconds"][first["pick"]] / 1.5:
+        failures.append(f"the new trials {again['seconds']} are the disturbed ones {first['seconds']}")
     everyone = MPI.COMM_WORLD.allgather(table())
     if any(t != everyone[0] for t in everyone):
         failures.append(f"tables differ between ranks: {everyone}")
@@ -92,6 +167,11 @@ def test_in_place_and_out_of_place_classes_agree_across_ranks():
             if not np.all(got == N * k + N * (N - 1) / 2):
                 failures.append(f"{n} B call {k}: {got[:3]}")
                 break
+    if ON and N > 1:
+        settle((300 << 10, 3 << 20), lambda n: (
+            hvd.allreduce_(np.ones(n // 4, np.float32), op=hvd.Sum, name=f"cal.mix.{n}")
+            if RANK == 0 else hvd.allreduce(np.ones(n // 4, np.float32), op=hvd.Sum,
+                                            name=f"cal.mix.{n}")), apart=True)
     apart = RT.global_state.coordinator.calibration(out_of_place=True)
     if ON and N > 1 and not {1 << 18, 1 << 21} <= set(apart):
         failures.append(f"out-of-place classes not measured: {apart}")
@@ -108,10 +188,12 @@ def test_a_process_set_measures_for_itself():
     before = table()
     ps = RT.registry.sets()[1]
     if RANK in ps.ranks:
-        for _ in range(20):
+        for k in range(120):        # until measured (again, if the job's calls disagreed)
             x = np.ones(300 << 10, np.float32)
             hvd.allreduce_(x, op=hvd.Sum, name="cal.set", process_set=ps)
             assert np.all(x == 2)
+            if k >= 19 and (not ON or table(ps.process_set_id)):
+                break
         got = table(ps.process_set_id)
         assert (got != {}) == ON, got
     assert table() == before            # the global set measured nothing for it

@@ -21,7 +21,7 @@ from hvlite._core.algorithms.hierarchical cimport hierarchical_allreduce
 from hvlite._core.algorithms.mpiref cimport mpi_allreduce
 from hvlite._core.algorithms.adasum cimport adasum_allreduce
 from hvlite._core.tuning.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS, CAL_LOW, CAL_MAX_CANDIDATES,
-                                     size_class, cal_begin, cal_next, cal_done)
+                                     size_class, cal_init, cal_begin, cal_next, cal_kept, cal_done)
 from hvlite._core.shm.segment cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
 from hvlite._core.shm.cma cimport shm_direct_allreduce, direct_probe, ptracer_hold, ptracer_release, OutMap
@@ -73,14 +73,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     calibrate = options[4] if len(options) > 4 else 0
     direct = options[5] if len(options) > 5 else True
     ptracer = options[6] if len(options) > 6 else True
-    c.cal.enabled, c.cal.verbose, c.cal.nodes = calibrate > 0, calibrate > 1, nodes
-    for i in range(CAL_SLOTS):
-        c.cal.pick[i] = -1
-        c.cal.ncand[i] = 0
-        c.cal.trials[i] = 0
-        for a in range(ALG_COUNT):
-            c.cal.seconds[i][a] = 0
-    c.cal.armed = 0
+    cal_init(&c.cal, calibrate > 0, calibrate > 1, nodes)
     if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
         redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
@@ -153,8 +146,10 @@ cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil
 
 
 cdef dict calibration_table(const Calibration* cal, bint apart=False):
-    """{class size in bytes: {"pick", "at_bytes", "seconds": {algorithm: s}}} for measured
-    classes of calls in place (apart: of calls whose output is not their input)."""
+    """{class size in bytes: {"pick", "at_bytes", "seconds": {algorithm: s}, "calls": {algorithm:
+    trial calls}, "confirmed": the pick's last confirmed s or None, "redos": times measured
+    again}} for measured classes of calls in place (apart: of calls whose output is not their
+    input)."""
     from hvlite._core.codes import ALGORITHMS as names
     out = {}
     cdef int k
@@ -165,7 +160,9 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
         out[1 << (j + CAL_LOW)] = {
             "pick": names[cal.pick[k]], "at_bytes": int(cal.at_bytes[k]),
             "seconds": {names[a]: cal.seconds[k][a] for a in range(ALG_COUNT)
-                        if cal.seconds[k][a] > 0}}
+                        if cal.seconds[k][a] > 0},
+            "calls": {names[cal.cand[k][i]]: cal.ntrial[k][i] for i in range(cal.ncand[k])},
+            "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k]}
     return out
 
 
@@ -178,7 +175,11 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
         return algo
     model = auto_choice(c, nbytes, apart)
     cls = size_class(nbytes, apart)
-    if not c.cal.enabled or c.size <= 1 or c.cal.pick[cls] >= 0:
+    if not c.cal.enabled or c.size <= 1:
+        return model
+    if c.cal.pick[cls] >= 0:
+        return cal_kept(&c.cal, cls)          # confirmed now and then on the job's calls
+    if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
         return model
     if c.cal.ncand[cls] == 0:
         # The candidates: what the model may choose here and predicts within 2.5x of its best.

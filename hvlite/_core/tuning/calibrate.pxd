@@ -12,26 +12,42 @@ cdef enum:
     CAL_CLASSES = CAL_HIGH - CAL_LOW + 1
     CAL_SLOTS = 2 * CAL_CLASSES
     CAL_MAX_CANDIDATES = 8
-    CAL_TRIALS = 3           # calls per candidate; the median counts
+    CAL_TRIALS = 3           # calls per candidate that survives the first pass; the median counts
+    CAL_WINDOW = 8           # calls of a kept pick timed together to confirm it
+    CAL_GAP_MAX = 1024       # at most this many calls between two confirmations
+    CAL_REDOS = 3            # a class is measured again at most this many times
 
-# What auto measured: per size class the candidates, their trial times (the slowest rank's) and
-# the pick (-1: still trying).
+# What auto measured: per size class the candidates, their trial times (the slowest rank's),
+# the pick (-1: still trying) and what confirms it.
 cdef struct Calibration:
     bint enabled
     bint verbose         # rank 0 prints each class's figures (HVLITE_LOG_LEVEL=debug)
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
+    bint untimed         # this round's ranks arrived out of step (it went through rank 0): no timing
+    double scale         # trials record scale x their time (1; tests disturb trials with more)
     signed char pick[CAL_SLOTS]
     double at_bytes[CAL_SLOTS]
     double seconds[CAL_SLOTS][ALG_COUNT]         # each candidate's median trial; 0: none
     double trial[CAL_SLOTS][CAL_MAX_CANDIDATES][CAL_TRIALS]
+    int ntrial[CAL_SLOTS][CAL_MAX_CANDIDATES]    # trials each candidate ran
+    bint dropped[CAL_SLOTS][CAL_MAX_CANDIDATES]  # out after two passes (over CUT x the fastest)
     int ncand[CAL_SLOTS]                          # 0: trials not begun
     int trials[CAL_SLOTS]                         # trial calls completed
     int cand[CAL_SLOTS][CAL_MAX_CANDIDATES]
     double pred[CAL_SLOTS][CAL_MAX_CANDIDATES]    # the model's predictions, for its order
-    int armed            # 1 + the class of the trial call under way; 0: none
-    int armed_k          # its candidate
+    # confirming a kept pick on the job's calls
+    double window[CAL_SLOTS][CAL_WINDOW]          # this rank's times of the window's calls
+    int in_window[CAL_SLOTS]                      # calls timed in the open window
+    int wait[CAL_SLOTS]                           # calls left before the next window opens
+    int gap[CAL_SLOTS]                            # calls between windows (doubles when confirmed)
+    int redos[CAL_SLOTS]                          # times the class was measured again
+    double confirmed[CAL_SLOTS]                   # the pick's last confirmed time; 0: none yet
+    int armed            # 1 + the class of the timed call under way; 0: none
+    int armed_k          # its candidate; -1: a confirming call of the pick
     double t0
 
+# Everything cleared: nothing measured (enabled: calibrate at all; verbose: rank 0 prints).
+cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noexcept nogil
 # The class of a call of nbytes (apart: its output is not its input).
 cdef int size_class(size_t nbytes, bint apart=*) noexcept nogil
 # The trials of class cls begin: candidates (in the model's order of preference on ties) and
@@ -41,6 +57,9 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
 # The algorithm for this call of class cls (its trials under way): the next candidate in turn,
 # timed from now.
 cdef int cal_next(Calibration* cal, int cls) noexcept nogil
-# After the call (every rank of comm calls it after every call it resolved, alike): the trial's
-# time is agreed (the slowest rank's) and recorded; the last trial of a class picks.
+# The kept pick of class cls for this call, timed from now when a confirming window is open.
+cdef int cal_kept(Calibration* cal, int cls) noexcept nogil
+# After the call (every rank of comm calls it after every call it resolved, alike): a trial's
+# time is agreed (the slowest rank's) and recorded, and the last trial of a class picks; a
+# full confirming window is agreed and may send the class back to its trials.
 cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil

@@ -1,8 +1,8 @@
 """auto's choice, measured on the job's own calls. The cost model ranks the algorithms from a
 few probes; on a busy or oversubscribed node its figures drift (4 ranks on 2 cores: it took shm
 at 16 MiB where ring ran 1.26x faster). So the model only proposes: the first calls of each size
-class (powers of two) run, in turn, the algorithms it predicts within 2.5x of its best, three
-times each, and the class keeps the fastest for good.
+class (powers of two) try the algorithms it predicts within 2.5x of its best, and the class
+keeps the fastest, confirmed on later calls.
 
 The trials are the job's real calls, on its buffers, between its other work: timing the same
 algorithms on a scratch buffer back to back at the first call measured other things (shm at
@@ -12,13 +12,28 @@ additions, and within a call the same bits on every rank.
 
 Every rank resolves the same calls in the same order, so they try the same candidate on the
 same call; after each trial the slowest rank's time is agreed with an 8-byte all-reduce (MAX),
-so every rank records the same times and picks alike. A candidate's time is the median of its
-three calls (the first may pay a connection or a page fault; with two and the faster, a lucky
-call of rhd beat shm at 256 KiB on 4 ranks where shm runs 1.5x faster), and among the
-candidates within 10% of the fastest the model's order decides (identical columns of one
-benchmark run differ by 5-10% here).
+so every rank records the same times and picks alike.
+
+- Two passes run each candidate twice; those whose better call is over CUT x the fastest's
+  are dropped (across hosts rd and tree at megabytes cost 2-4x the best, and three calls of
+  each were most of a short job's trials); the others run CAL_TRIALS calls in all and the
+  median counts (the first may
+  pay a connection or a page fault; with two and the faster, a lucky call of rhd beat shm at
+  256 KiB on 4 ranks where shm runs 1.5x faster). Among the candidates within TIE of the
+  fastest the model's order decides.
+- No trial runs in a round that went through rank 0 (a name's first calls, a miss): its ranks
+  leave the gather and broadcast out of step, and an algorithm whose waits sleep (the shared
+  segment's barrier) paid for the skew that MPI's spinning progress hid: shm's trials at 64 KiB
+  took 30-40 us there against 6 us in the job's later calls, and auto kept rd or rhd at 1.6-1.7x
+  the best in two launches of three. The flag is agreed (the round's bits), so every rank skips
+  alike; such a call runs the model's choice.
+- The pick is confirmed on the job's calls: windows of CAL_WINDOW calls, timed and agreed in
+  one all-reduce, right after the pick and then at doubling gaps (at most CAL_GAP_MAX calls
+  apart). A window whose median departs from the pick's trial time by more than DRIFT either
+  way says the trials measured another machine (a busy one, or one busy then) and the class is
+  measured again, at most CAL_REDOS times.
 """
-from libc.stdio cimport fprintf, stderr
+from libc.stdio cimport fprintf, snprintf, stderr
 from mpi4py.libmpi cimport *
 from hvlite._core.codes cimport DT_FLOAT64, OP_MAX, HV_ALGORITHM_NAMES, ALG_SHM
 from hvlite._core.algorithms.rd cimport rd_allreduce
@@ -27,7 +42,28 @@ from hvlite._core.algorithms.p2p cimport comm_rank
 cdef extern from "sync.h" nogil:
     double hv_now()
 
-cdef double TIE = 1.10
+cdef double TIE = 1.05      # within this of the fastest, the model's order decides
+cdef double CUT = 2.0       # slower than this x the fastest in the first pass: dropped
+cdef double DRIFT = 1.5     # a confirming window this far from the trials: measure again
+
+
+cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noexcept nogil:
+    cdef int i, a
+    cal.enabled, cal.verbose, cal.nodes = enabled, verbose, nodes
+    cal.untimed = False
+    cal.scale = 1
+    cal.armed = 0
+    for i in range(CAL_SLOTS):
+        cal.pick[i] = -1
+        cal.ncand[i] = 0
+        cal.trials[i] = 0
+        cal.redos[i] = 0
+        cal.confirmed[i] = 0
+        cal.in_window[i] = 0
+        cal.wait[i] = 0
+        cal.gap[i] = CAL_WINDOW
+        for a in range(ALG_COUNT):
+            cal.seconds[i][a] = 0
 
 
 cdef int size_class(size_t nbytes, bint apart=False) noexcept nogil:
@@ -43,22 +79,41 @@ cdef int size_class(size_t nbytes, bint apart=False) noexcept nogil:
 
 cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,
                     const double* predicted, int n) noexcept nogil:
-    cdef int i
+    cdef int i, a
     if n > CAL_MAX_CANDIDATES:
         n = CAL_MAX_CANDIDATES
     for i in range(n):
         cal.cand[cls][i] = candidates[i]
         cal.pred[cls][i] = predicted[i]
+        cal.ntrial[cls][i] = 0
+        cal.dropped[cls][i] = False
+    for a in range(ALG_COUNT):
+        cal.seconds[cls][a] = 0
     cal.ncand[cls] = n
     cal.trials[cls] = 0
     cal.at_bytes[cls] = <double>nbytes
 
 
 cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
-    cdef int k = cal.trials[cls] % cal.ncand[cls]
+    """The candidate still in that has run the fewest trials (the first such in the model's
+    order): a first pass over all, then the survivors in turn."""
+    cdef int k = -1, i
+    for i in range(cal.ncand[cls]):
+        if not cal.dropped[cls][i] and (k < 0 or cal.ntrial[cls][i] < cal.ntrial[cls][k]):
+            k = i
     cal.armed, cal.armed_k = cls + 1, k
     cal.t0 = hv_now()
     return cal.cand[cls][k]
+
+
+cdef int cal_kept(Calibration* cal, int cls) noexcept nogil:
+    if cal.ncand[cls] > 1 and not cal.untimed:    # a lone candidate had no trials to confirm
+        if cal.wait[cls] > 0:
+            cal.wait[cls] -= 1
+        else:
+            cal.armed, cal.armed_k = cls + 1, -1
+            cal.t0 = hv_now()
+    return cal.pick[cls]
 
 
 cdef double _median3(const double* t) noexcept nogil:
@@ -69,43 +124,135 @@ cdef double _median3(const double* t) noexcept nogil:
     return t[2]
 
 
+cdef double _median(double* t, int n) noexcept nogil:
+    """In place (insertion sort: n is a window)."""
+    cdef int i, j
+    cdef double v
+    for i in range(1, n):
+        v = t[i]
+        j = i - 1
+        while j >= 0 and t[j] > v:
+            t[j + 1] = t[j]
+            j -= 1
+        t[j + 1] = v
+    return t[n // 2] if n % 2 else 0.5 * (t[n // 2 - 1] + t[n // 2])
+
+
 cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
-    cdef int n = cal.ncand[cls], i, best = 0
+    cdef int n = cal.ncand[cls], i, best = -1, used
     cdef double fastest
     cdef const int* cand = cal.cand[cls]
+    cdef char line[1024]        # 8 candidates of < 80 characters
     for i in range(n):
-        if cal.seconds[cls][cand[i]] < cal.seconds[cls][cand[best]]:
+        if not cal.dropped[cls][i] and (best < 0 or
+                                        cal.seconds[cls][cand[i]] < cal.seconds[cls][cand[best]]):
             best = i
     fastest = cal.seconds[cls][cand[best]]
     best = -1
     for i in range(n):      # near the fastest, the model's order (ties: the earlier candidate)
-        if cal.seconds[cls][cand[i]] <= TIE * fastest and (best < 0 or cal.pred[cls][i] < cal.pred[cls][best]):
+        if (not cal.dropped[cls][i] and cal.seconds[cls][cand[i]] <= TIE * fastest
+                and (best < 0 or cal.pred[cls][i] < cal.pred[cls][best])):
             best = i
     cal.pick[cls] = <signed char>cand[best]
-    if cal.verbose and comm_rank(comm) == 0:
-        fprintf(stderr, b"hvlite: auto measured at %.0f bytes%s:", cal.at_bytes[cls],
-                b" out of place" if cls >= CAL_CLASSES else b"")
+    cal.in_window[cls] = 0
+    cal.wait[cls] = 0              # the first window opens at once
+    cal.gap[cls] = CAL_WINDOW
+    if cal.verbose and comm_rank(comm) == 0:       # one write: a launcher labels each write
+        used = snprintf(line, sizeof(line), b"hvlite: auto measured at %.0f bytes%s:",
+                        cal.at_bytes[cls], b" out of place" if cls >= CAL_CLASSES else b"")
         for i in range(n):
-            fprintf(stderr, b" %s%s %.1f us%s", HV_ALGORITHM_NAMES[cand[i]],
-                    b" (hierarchical over shm)" if cand[i] == ALG_SHM and cal.nodes > 1 else b"",
-                    cal.seconds[cls][cand[i]] * 1e6, b"," if i + 1 < n else b"")
-        fprintf(stderr, b" -> %s\n", HV_ALGORITHM_NAMES[cand[best]])
+            used += snprintf(line + used, sizeof(line) - used, b" %s%s %.1f us%s%s",
+                             HV_ALGORITHM_NAMES[cand[i]],
+                             b" (hierarchical over shm)" if cand[i] == ALG_SHM and cal.nodes > 1
+                             else b"", cal.seconds[cls][cand[i]] * 1e6,
+                             b" (two calls, dropped)" if cal.dropped[cls][i] else b"",
+                             b"," if i + 1 < n else b"")
+        fprintf(stderr, b"%s -> %s\n", line, HV_ALGORITHM_NAMES[cand[best]])
+
+
+cdef inline double _better2(const double* t) noexcept nogil:
+    return t[0] if t[0] < t[1] else t[1]
+
+
+cdef void _first_passes_done(Calibration* cal, int cls) noexcept nogil:
+    """Drop the candidates whose better call of two is over CUT x the fastest's (one call is
+    not enough: the first timed call of a class, ring's in the model's order, ran 3-4x its
+    later calls on 2 ranks)."""
+    cdef int i
+    cdef double fastest = -1
+    for i in range(cal.ncand[cls]):
+        if fastest < 0 or _better2(cal.trial[cls][i]) < fastest:
+            fastest = _better2(cal.trial[cls][i])
+    for i in range(cal.ncand[cls]):
+        if _better2(cal.trial[cls][i]) > CUT * fastest:
+            cal.dropped[cls][i] = True
+            cal.seconds[cls][cal.cand[cls][i]] = _better2(cal.trial[cls][i])
+
+
+cdef int _trial_done(Calibration* cal, int cls, int k, double t, MPI_Comm comm,
+                     Scratch* s) noexcept nogil:
+    cdef int err, i, alive = 0, more = 0
+    t *= cal.scale
+    err = rd_allreduce(<char*>&t, 1, DT_FLOAT64, OP_MAX, comm, s)
+    if err:
+        return err
+    cal.trial[cls][k][cal.ntrial[cls][k]] = t
+    cal.ntrial[cls][k] += 1
+    cal.trials[cls] += 1
+    if cal.trials[cls] == 2 * cal.ncand[cls]:
+        _first_passes_done(cal, cls)
+    if cal.trials[cls] < 2 * cal.ncand[cls]:
+        return 0
+    for i in range(cal.ncand[cls]):
+        if not cal.dropped[cls][i]:
+            alive += 1
+            more += cal.ntrial[cls][i] < CAL_TRIALS
+    if more and alive > 1:
+        return 0
+    for i in range(cal.ncand[cls]):     # the survivors' medians (a lone survivor: its better)
+        if not cal.dropped[cls][i]:
+            cal.seconds[cls][cal.cand[cls][i]] = (
+                _median3(cal.trial[cls][i]) if cal.ntrial[cls][i] >= CAL_TRIALS
+                else _better2(cal.trial[cls][i]))
+    _decide(cal, cls, comm)
+    return 0
+
+
+cdef int _window_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) noexcept nogil:
+    cdef int err = rd_allreduce(<char*>cal.window[cls], CAL_WINDOW, DT_FLOAT64, OP_MAX, comm, s)
+    cdef double got, trial
+    if err:
+        return err
+    cal.in_window[cls] = 0
+    got = _median(cal.window[cls], CAL_WINDOW)
+    trial = cal.seconds[cls][cal.pick[cls]]
+    cal.confirmed[cls] = got
+    if (got > DRIFT * trial or got * DRIFT < trial) and cal.redos[cls] < CAL_REDOS:
+        if cal.verbose and comm_rank(comm) == 0:
+            fprintf(stderr, b"hvlite: auto's pick at %.0f bytes%s, %s, ran %.1f us in the job's "
+                    b"calls against %.1f us in its trials: measuring again\n", cal.at_bytes[cls],
+                    b" out of place" if cls >= CAL_CLASSES else b"",
+                    HV_ALGORITHM_NAMES[cal.pick[cls]], got * 1e6, trial * 1e6)
+        cal.redos[cls] += 1
+        cal.pick[cls] = -1
+        cal.ncand[cls] = 0      # dispatch begins the trials again
+        return 0
+    cal.gap[cls] = cal.gap[cls] * 2 if cal.gap[cls] * 2 < CAL_GAP_MAX else CAL_GAP_MAX
+    cal.wait[cls] = cal.gap[cls]
+    return 0
 
 
 cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil:
-    cdef int cls = cal.armed - 1, err, k
+    cdef int cls = cal.armed - 1, k = cal.armed_k
     cdef double t
     if cal.armed == 0:
         return 0
     t = hv_now() - cal.t0
     cal.armed = 0
-    err = rd_allreduce(<char*>&t, 1, DT_FLOAT64, OP_MAX, comm, s)
-    if err:
-        return err
-    cal.trial[cls][cal.armed_k][cal.trials[cls] // cal.ncand[cls]] = t
-    cal.trials[cls] += 1
-    if cal.trials[cls] >= CAL_TRIALS * cal.ncand[cls]:
-        for k in range(cal.ncand[cls]):
-            cal.seconds[cls][cal.cand[cls][k]] = _median3(cal.trial[cls][k])
-        _decide(cal, cls, comm)
-    return 0
+    if k >= 0:
+        return _trial_done(cal, cls, k, t, comm, s)
+    cal.window[cls][cal.in_window[cls]] = t
+    cal.in_window[cls] += 1
+    if cal.in_window[cls] < CAL_WINDOW:
+        return 0
+    return _window_done(cal, cls, comm, s)
