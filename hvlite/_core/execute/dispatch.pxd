@@ -8,9 +8,10 @@ from hvlite._core.tuning.calibrate cimport Calibration
 
 # auto becomes the algorithm to run: the size class's pick, or while its trials run the next
 # candidate in turn (tuning/calibrate.pyx). Every rank resolves the same calls in the same order, and
-# after each call it resolved calls resolved_done (a collective while a trial is under way).
+# after each call it resolved calls resolved_done with the call's outcome (a collective while
+# a trial or a confirming window is under way; nothing after a failed call); returns the error.
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=*) noexcept nogil
-cdef int resolved_done(Context* c) noexcept nogil
+cdef int resolved_done(Context* c, int err) noexcept nogil
 # auto's choice without measuring: the class's pick if measured, else the cost model's.
 cdef int auto_choice(Context* c, size_t nbytes, bint apart=*) noexcept nogil
 # What calibration measured, for Python (with the GIL).

@@ -197,7 +197,13 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     return cal_next(&c.cal, cls)
 
 
-cdef int resolved_done(Context* c) noexcept nogil:
+cdef int resolved_done(Context* c, int err) noexcept nogil:
+    """After the call resolve_algorithm chose for (err: its outcome). A failed call is not timed:
+    the agreement is collective, and a rank that failed alone (out of memory) must not wait in
+    it while its peers wait in the algorithm."""
+    if err:
+        c.cal.armed = 0
+        return err
     return cal_done(&c.cal, c.comm, &c.scratch)
 
 

@@ -69,9 +69,8 @@ cdef int _reduce(Context* c, char* buf, size_t total, int dtype, int op, int alg
 cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,
                     long divisor) noexcept nogil:
     """One batch; if auto's choice for it was one of a size class's trials, its time is
-    agreed and recorded afterwards, on every path (dispatch.resolved_done)."""
-    cdef int err = _run_batch_on(c, f, items, batch, divisor), done = resolved_done(c)
-    return err if err else done
+    agreed and recorded afterwards, on every path (dispatch.resolved_done), unless it failed."""
+    return resolved_done(c, _run_batch_on(c, f, items, batch, divisor))
 
 
 cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,

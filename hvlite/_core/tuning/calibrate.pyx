@@ -95,8 +95,8 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
 
 
 cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
-    """The candidate still in that has run the fewest trials (the first such in the model's
-    order): a first pass over all, then the survivors in turn."""
+    """The candidate still in that has run the fewest trials (the first such in the candidates'
+    order): two passes over all, then the survivors in turn."""
     cdef int k = -1, i
     for i in range(cal.ncand[cls]):
         if not cal.dropped[cls][i] and (k < 0 or cal.ntrial[cls][i] < cal.ntrial[cls][k]):
@@ -154,6 +154,7 @@ cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
                 and (best < 0 or cal.pred[cls][i] < cal.pred[cls][best])):
             best = i
     cal.pick[cls] = <signed char>cand[best]
+    cal.confirmed[cls] = 0
     cal.in_window[cls] = 0
     cal.wait[cls] = 0              # the first window opens at once
     cal.gap[cls] = CAL_WINDOW
@@ -191,7 +192,7 @@ cdef void _first_passes_done(Calibration* cal, int cls) noexcept nogil:
 
 cdef int _trial_done(Calibration* cal, int cls, int k, double t, MPI_Comm comm,
                      Scratch* s) noexcept nogil:
-    cdef int err, i, alive = 0, more = 0
+    cdef int err, i, more = 0
     t *= cal.scale
     err = rd_allreduce(<char*>&t, 1, DT_FLOAT64, OP_MAX, comm, s)
     if err:
@@ -205,25 +206,23 @@ cdef int _trial_done(Calibration* cal, int cls, int k, double t, MPI_Comm comm,
         return 0
     for i in range(cal.ncand[cls]):
         if not cal.dropped[cls][i]:
-            alive += 1
             more += cal.ntrial[cls][i] < CAL_TRIALS
-    if more and alive > 1:
+    if more:        # a lone survivor too: its median is what its confirmations are held to
         return 0
-    for i in range(cal.ncand[cls]):     # the survivors' medians (a lone survivor: its better)
+    for i in range(cal.ncand[cls]):     # the survivors' medians
         if not cal.dropped[cls][i]:
-            cal.seconds[cls][cal.cand[cls][i]] = (
-                _median3(cal.trial[cls][i]) if cal.ntrial[cls][i] >= CAL_TRIALS
-                else _better2(cal.trial[cls][i]))
+            cal.seconds[cls][cal.cand[cls][i]] = _median3(cal.trial[cls][i])
     _decide(cal, cls, comm)
     return 0
 
 
 cdef int _window_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) noexcept nogil:
-    cdef int err = rd_allreduce(<char*>cal.window[cls], CAL_WINDOW, DT_FLOAT64, OP_MAX, comm, s)
+    cdef int err
     cdef double got, trial
+    cal.in_window[cls] = 0          # first: a failed agreement must not leave the window full
+    err = rd_allreduce(<char*>cal.window[cls], CAL_WINDOW, DT_FLOAT64, OP_MAX, comm, s)
     if err:
         return err
-    cal.in_window[cls] = 0
     got = _median(cal.window[cls], CAL_WINDOW)
     trial = cal.seconds[cls][cal.pick[cls]]
     cal.confirmed[cls] = got
