@@ -16,15 +16,13 @@ slowest rank's, and the table shows medians. The reference is MPI_Allreduce in p
 buffer, at the same thread level, called through mpi4py. Bus bandwidth = 2(N-1)/N * bytes / time.
 """
 import argparse
-import csv
 import sys
-import time
 
 import numpy as np
 
 import hvlite as hvd
 from hvlite._core.codes import ALGORITHMS
-from sizes import human, parse_size  # noqa: F401 (other scripts import them from here too)
+from benchkit import human, parse_size, pyplot, shuffled_medians, write_csv  # noqa: F401 (others import the first two from here)
 
 PUBLIC = ("named", "unnamed", "out_of_place", "async")
 
@@ -50,33 +48,16 @@ AUTO_COLUMNS = ("named", "unnamed", "out_of_place", "async", "engine")
 
 def measure(rt, fns, budget_s, max_reps):
     """Median seconds per call for each column (slowest rank per repetition)."""
-    comm = rt.comm
-    cols = list(fns)
-
-    def once(c):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fns[c]()
-        return time.perf_counter() - t0
-
-    for c in cols:          # warm-up: page in, fill the response cache, settle MPI's buffers
-        once(c)
-        once(c)
-    # auto tries its candidates on a size's first calls (tuning/calibrate.pyx): time it once settled
-    for _ in range(16):
-        for c in AUTO_COLUMNS:
-            if c in fns:
-                once(c)
-    est = comm.allreduce(max(once(c) for c in cols), op=rt.MPI.MAX)
-    reps = int(max(5, min(max_reps, budget_s / max(est * len(cols), 1e-7))))
-    times = np.zeros((len(cols), reps))
-    order = np.random.default_rng(reps)          # same seed, so the same order on every rank
-    for i in range(reps):
-        for j in order.permutation(len(cols)):
-            times[j, i] = once(cols[j])
-    slowest = np.empty_like(times)
-    comm.Allreduce(times, slowest, op=rt.MPI.MAX)
-    return {c: float(np.median(slowest[j])) for j, c in enumerate(cols)}, reps
+    def warm(once):
+        for c in fns:       # warm-up: page in, fill the response cache, settle MPI's buffers
+            once(c)
+            once(c)
+        # auto tries its candidates on a size's first calls (tuning/calibrate.pyx): time it settled
+        for _ in range(16):
+            for c in AUTO_COLUMNS:
+                if c in fns:
+                    once(c)
+    return shuffled_medians(rt.comm, rt.MPI.MAX, fns, warm, budget_s, max_reps)
 
 
 def auto_pick(buf):
@@ -144,22 +125,15 @@ def main():
         for b, pick, best, r in summary:
             print(f"#   {human(b):>9}: auto ran {pick:<12} best {best:<12} named/best {r:.2f}")
         if args.csv:
-            with open(args.csv, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+            write_csv(args.csv, rows)
         if args.png:
             plot(rows, cols, n, hvd.mpi_thread_level(), args.png)
     hvd.shutdown()
 
 
 def plot(rows, cols, n, level, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("# matplotlib not installed (pip install hvlite[plot]); no picture", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     sizes = sorted({r["bytes"] for r in rows})

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from benchkit import human, parse_size, pyplot, shuffled_medians, write_csv
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 COLUMNS = ("mpi_out", "mpi_in", "hvlite_out", "hvlite_in")
@@ -39,8 +41,6 @@ LABELS = {"mpi_out": "MPI_Allreduce", "mpi_in": "MPI_Allreduce in place",
 
 def rank_side(args):
     """One launch: medians per size and column, as one JSON line from rank 0."""
-    sys.path.insert(0, HERE)
-    from sizes import parse_size
     import numpy as np
     if args.hvlite:
         import hvlite as hvd
@@ -59,26 +59,13 @@ def rank_side(args):
         if args.hvlite:
             fns["hvlite_out"] = lambda: hvd.allreduce(x, name="bench.out")
             fns["hvlite_in"] = lambda: hvd.allreduce_(x, op=hvd.Sum, name="bench.in")
-        cols = list(fns)
 
-        def once(c):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            fns[c]()
-            return time.perf_counter() - t0
-        for _ in range(24):         # warm: pages, MPI's buffers, auto's trials of the size
-            for c in cols:
-                once(c)
-        est = comm.allreduce(max(once(c) for c in cols), op=MPI.MAX)
-        reps = int(max(7, min(args.max_reps, args.budget / max(est * len(cols), 1e-7))))
-        times = np.zeros((len(cols), reps))
-        order = np.random.default_rng(reps)       # the same order on every rank
-        for i in range(reps):
-            for j in order.permutation(len(cols)):
-                times[j, i] = once(cols[j])
-        slowest = np.empty_like(times)
-        comm.Allreduce(times, slowest, op=MPI.MAX)
-        out["sizes"][str(nbytes)] = {c: float(np.median(slowest[j])) for j, c in enumerate(cols)}
+        def warm(once):
+            for _ in range(24):     # pages, MPI's buffers, auto's trials of the size
+                for c in fns:
+                    once(c)
+        out["sizes"][str(nbytes)] = shuffled_medians(comm, MPI.MAX, fns, warm, args.budget,
+                                                     args.max_reps, min_reps=7)[0]
         x[:] = 1
     if comm.Get_rank() == 0:
         print("BENCH_MPIS " + json.dumps(out), flush=True)
@@ -135,9 +122,17 @@ def main():
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--csv")
     p.add_argument("--png")
+    p.add_argument("--replot", metavar="CSV", help="the table and picture of an earlier run's CSV")
     args = p.parse_args()
     if args.rank_side:
         return rank_side(args)
+    if args.replot:
+        import csv
+        rows = [dict(r, bytes=int(r["bytes"]), median_s=float(r["median_s"]))
+                for r in csv.DictReader(open(args.replot))]
+        args.rounds = int(rows[0]["launches"])
+        args.csv = None if args.csv == args.replot else args.csv
+        return report(rows, args)
     table = runs(args.mpis, args.np)
     got = {name: [] for name in table}
     rng = random.Random(0)
@@ -160,8 +155,6 @@ def main():
 
 
 def report(rows, args):
-    sys.path.insert(0, HERE)
-    from sizes import human
     sizes = sorted({r["bytes"] for r in rows})
     cells = [(r["run"], r["column"]) for r in rows if r["bytes"] == sizes[0]]
     t = {(r["run"], r["column"], r["bytes"]): r["median_s"] for r in rows}
@@ -180,32 +173,25 @@ def report(rows, args):
                 for s in sizes))
     print("# libraries: " + "; ".join(sorted({f"{r['run']}: {r['library']}" for r in rows})))
     if args.csv:
-        import csv
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.csv, rows)
     if args.png:
         plot(rows, sizes, cells, t, args)
 
 
 def plot(rows, sizes, cells, t, args):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("# matplotlib not installed (pip install hvlite[plot]); no picture", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
-    sys.path.insert(0, HERE)
-    from sizes import human
     mpi_runs = [run for run, col in cells if col == "mpi_out"]
     fig, ax = plt.subplots(figsize=(8, 4.6))
+    colors = {run: f"C{i}" for i, run in enumerate(dict.fromkeys(run for run, _ in cells))}
+    styles = {"mpi_out": ("--", "o"), "mpi_in": (":", "s"), "hvlite_out": ("-", "^"),
+              "hvlite_in": ("-", "D")}
     for run, col in cells:
         ref = [min(t[m, "mpi_out", s] for m in mpi_runs) for s in sizes]
-        ax.plot(sizes, [r / t[run, col, s] for r, s in zip(ref, sizes)], marker="o",
-                linestyle="-" if col.startswith("hvlite") else "--",
-                label=f"{run}: {LABELS[col]}")
+        ax.plot(sizes, [r / t[run, col, s] for r, s in zip(ref, sizes)], color=colors[run],
+                linestyle=styles[col][0], marker=styles[col][1],
+                linewidth=2 if col.startswith("hvlite") else 1, label=f"{run}: {LABELS[col]}")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [human(s).replace(" ", "") for s in sizes])
