@@ -34,7 +34,6 @@ from benchkit import human, parse_size, pyplot, shuffled_medians, write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-COLUMNS = ("mpi_out", "mpi_in", "hvlite_out", "hvlite_in")
 LABELS = {"mpi_out": "MPI_Allreduce", "mpi_in": "MPI_Allreduce in place",
           "hvlite_out": "hvlite allreduce(x)", "hvlite_in": "hvlite allreduce_(x, op=Sum)"}
 
@@ -66,7 +65,6 @@ def rank_side(args):
                     once(c)
         out["sizes"][str(nbytes)] = shuffled_medians(comm, MPI.MAX, fns, warm, args.budget,
                                                      args.max_reps, min_reps=7)[0]
-        x[:] = 1
     if comm.Get_rank() == 0:
         print("BENCH_MPIS " + json.dumps(out), flush=True)
     if args.hvlite:
@@ -97,7 +95,8 @@ def launch(name, run, args):
     argv, env_add, python, hv = run
     env = dict(os.environ, **env_add)
     cmd = [*argv, python, os.path.abspath(__file__), "--rank-side", "--sizes", args.sizes,
-           "--budget", str(args.budget)] + (["--hvlite"] if hv else [])
+           "--budget", str(args.budget), "--max-reps", str(args.max_reps)] + (
+               ["--hvlite"] if hv else [])
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired as e:
