@@ -165,6 +165,9 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
 
 
 def alltoall(x, splits=None, name=None, process_set=global_process_set):
+    done = host.alltoall_now(x, splits, name, process_set)
+    if done is not None:
+        return done
     return path_of(x).alltoall(x, splits, name, process_set, sync=True)
 
 
@@ -175,6 +178,9 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
 
 
 def reducescatter(x, op=Average, name=None, process_set=global_process_set):
+    done = host.reducescatter_now(x, op, name, process_set)
+    if done is not None:
+        return done
     return path_of(x).reducescatter(x, op, name, process_set, sync=True)
 
 

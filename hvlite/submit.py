@@ -360,6 +360,35 @@ def allgather_now(x, name, process_set):
                 lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits)))
 
 
+def reducescatter_now(x, op, name, process_set):
+    """reducescatter of a plain C-contiguous NumPy array of at least one dimension on the global
+    set with a plain op, the lean way (as allreduce_now); None: the general path takes it."""
+    code = _plain_code(x, name, process_set, False)
+    o = _NOW_OPS.get(op)
+    if code is None or o is None or x.ndim == 0:
+        return None
+    st = runtime.current().global_state
+    n = st.size
+    out = np.empty((x.shape[0] // n + (1 if st.rank < x.shape[0] % n else 0),) + x.shape[1:],
+                   dtype=x.dtype)
+    _now(st, name or st.auto_name("reducescatter"), REDUCESCATTER, code, o, 0, 0, x, out)
+    return out
+
+
+def alltoall_now(x, splits, name, process_set):
+    """alltoall in equal parts (no splits) of a plain C-contiguous NumPy array whose first
+    dimension the global set's size divides, the lean way (as allreduce_now); None: the general
+    path takes it (and names what is wrong)."""
+    code = _plain_code(x, name, process_set, False)
+    if code is None or splits is not None or x.ndim == 0:
+        return None
+    st = runtime.current().global_state
+    if x.shape[0] % st.size:
+        return None
+    return _now(st, name or st.auto_name("alltoall"), ALLTOALL, code, 0, 0, 0, x, None,
+                lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits)))
+
+
 def barrier_now(process_set):
     """barrier() on the global set, the lean way; None: the general path takes it."""
     if process_set is not global_process_set:

@@ -22,6 +22,9 @@ def columns(comm, MPI, nbytes, n):
     x = np.ones(max(1, nbytes // 4), np.float32)
     row = np.ones(max(1, nbytes // 4 // n), np.float32)
     gathered = np.empty(row.size * n, np.float32)
+    block = np.empty(row.size, np.float32)          # this rank's block of x, reduced
+    parts = np.ones(row.size * n, np.float32)       # row.size elements to every rank
+    received = np.empty_like(parts)
     return {
         # kind: [(label, call), ...]; the first of each kind is the MPI reference
         "allreduce": [
@@ -40,6 +43,14 @@ def columns(comm, MPI, nbytes, n):
             ("MPI_Allgather", lambda: comm.Allgather(row, gathered)),
             ("allgather named", lambda: hvd.allgather(row, name="s.ag")),
             ("allgather unnamed", lambda: hvd.allgather(row)),
+        ],
+        "reducescatter": [
+            ("MPI_Reduce_scatter_block", lambda: comm.Reduce_scatter_block(parts, block, op=MPI.SUM)),
+            ("reducescatter named", lambda: hvd.reducescatter(parts, op=hvd.Sum, name="s.rs")),
+        ],
+        "alltoall": [
+            ("MPI_Alltoall", lambda: comm.Alltoall(parts, received)),
+            ("alltoall named", lambda: hvd.alltoall(parts, name="s.aa")),
         ],
         "barrier": [
             ("MPI_Barrier", lambda: comm.Barrier()),
@@ -86,7 +97,7 @@ def main():
             ref = {}
             for j, (kind, label, _) in enumerate(flat):
                 ref.setdefault(kind, med[j])
-                print(f"{human(nbytes):>8} | {kind:<9} | {label:<20} | {med[j] * 1e6:8.1f} us | "
+                print(f"{human(nbytes):>8} | {kind:<13} | {label:<24} | {med[j] * 1e6:8.1f} us | "
                       f"{med[j] / ref[kind]:5.2f}x MPI", flush=True)
     hvd.shutdown()
 

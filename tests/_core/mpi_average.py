@@ -1,7 +1,10 @@
 """Rank side of tests/_core/test_average.py: an Average is its Sum divided by the set's size,
 bit for bit, on every path its division may be fused into (the shared segment's in-place,
-redundant and sliced passes, fused batches through the slots, the peers' buffers read directly),
-for every dtype that divides, sizes around the chunk and segment edges, in and out of place."""
+redundant and sliced passes, fused batches through the slots, the peers' buffers read directly,
+the nodes' sum across emulated nodes, the owner's block in ring, rhd, rd and tree), for every
+dtype that divides, sizes around the chunk and segment edges, in and out of place.
+AVERAGE_ALGORITHMS: the algorithms to run (default shm)."""
+import os
 import sys
 
 import numpy as np
@@ -38,27 +41,34 @@ try:
 except ImportError:
     pass
 sizes = [1, 17, 1000, 4096 + 3, SEG // 4 + 5, 3 * SEG // 4 + 11]
-for dt in dtypes:
-    for size in sizes:
-        if dt.itemsize * size > 4 * SEG:
-            continue
-        x = data(size, dt, size)
-        tag = f"{dt.name} {size}"
-        for how in ("out of place", "in place", "fused batch"):
-            res = {}
-            for op in (hvd.Sum, hvd.Average):     # the same form and algorithm, each op
-                name = f"{how}.{op.name}.{tag}"
-                if how == "out of place":
-                    res[op] = hvd.allreduce(x, op=op, name=name, algorithm="shm")
-                elif how == "in place":
-                    res[op] = hvd.allreduce_(x.copy(), op=op, name=name, algorithm="shm")
-                else:
-                    hs = [hvd.allreduce_async(x, op=op, name=f"{name}.{k}", algorithm="shm")
-                          for k in range(3)]
-                    res[op] = [h.synchronize() for h in hs][1]
-            g, want = res[hvd.Average], divided(res[hvd.Sum], dt)
-            if g.dtype != dt or g.tobytes() != want.tobytes():
-                fails.append(f"{how} {tag}")
+for alg in os.environ.get("AVERAGE_ALGORITHMS", "shm").split(","):
+    # Fused batches only where a batch's makeup cannot move its rounding: the segment reduces
+    # in slot order wherever a tensor lands; ring, rhd and tree reduce each block from another
+    # rank on, and which tensors a round fuses, in which order, differs from call to call.
+    forms = ["out of place", "in place"]
+    if alg == "shm" and hvd.local_size() == n:
+        forms.append("fused batch")
+    for dt in dtypes:
+        for size in sizes:
+            if dt.itemsize * size > 4 * SEG:
+                continue
+            x = data(size, dt, size)
+            tag = f"{alg} {dt.name} {size}"
+            for how in forms:
+                res = {}
+                for op in (hvd.Sum, hvd.Average):     # the same form and algorithm, each op
+                    name = f"{how}.{op.name}.{tag}"
+                    if how == "out of place":
+                        res[op] = hvd.allreduce(x, op=op, name=name, algorithm=alg)
+                    elif how == "in place":
+                        res[op] = hvd.allreduce_(x.copy(), op=op, name=name, algorithm=alg)
+                    else:
+                        hs = [hvd.allreduce_async(x, op=op, name=f"{name}.{k}", algorithm=alg)
+                              for k in range(3)]
+                        res[op] = [h.synchronize() for h in hs][1]
+                g, want = res[hvd.Average], divided(res[hvd.Sum], dt)
+                if g.dtype != dt or g.tobytes() != want.tobytes():
+                    fails.append(f"{how} {tag}")
 print(f"rank {r}: {'FAIL ' + ', '.join(fails[:8]) if fails else 'average ok'}", flush=True)
 hvd.shutdown()
 sys.exit(1 if fails else 0)

@@ -34,7 +34,7 @@ def test_kernel_matches_numpy_bitwise(dtype, op):
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)
-@pytest.mark.parametrize("n", [1, 3, 7, 128])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 128])
 def test_divide_matches_numpy(dtype, n):
     a = sample(dtype, seed=3)
     if dtype == BF16 or np.issubdtype(dtype, np.floating):
@@ -44,6 +44,25 @@ def test_divide_matches_numpy(dtype, n):
         want = np.array([v if x >= 0 else -v for x, v in zip(a.astype(object), q)], dtype=dtype)
     got = a.copy()
     divide_array(got.view(np.uint8), code_of(dtype), n)
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 1024, 1 << 20])
+def test_divide_edges_match_numpy(dtype, n):
+    """A power-of-two divisor is a multiplication by its exact reciprocal: the same bits as the
+    quotient on the values where rounding differs first (subnormals halved onto a tie, the
+    largest and smallest numbers, infinities, NaN, -0)."""
+    info = np.finfo(dtype)
+    tiny = info.smallest_subnormal
+    edges = np.array([tiny, 3 * tiny, 5 * tiny, 7 * tiny, -3 * tiny, info.tiny, info.tiny * 3,
+                      info.max, -info.max, info.eps, 1 + info.eps, np.inf, -np.inf, np.nan,
+                      -0.0, 0.0, 1.0, 3.0], dtype)
+    a = np.concatenate([edges, sample(np.dtype(dtype), seed=5)])    # past one vector's width
+    with np.errstate(under="ignore"):
+        want = a / np.asarray(n, dtype)
+    got = a.copy()
+    divide_array(got.view(np.uint8), code_of(np.dtype(dtype)), n)
     assert got.tobytes() == want.tobytes()
 
 

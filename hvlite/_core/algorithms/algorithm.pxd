@@ -7,6 +7,10 @@ from mpi4py.libmpi cimport MPI_Comm
 cdef struct Scratch:
     char* buf
     size_t seg_bytes
+    long divisor         # > 1: an Average's last pass; each element is divided by it once, by
+                         # the rank that finished reducing it (ring, rhd, rd, tree), before it
+                         # is copied to the others: the same bits everywhere, a 1/N share of the
+                         # division per rank. Set by the caller around one call, else 0.
 
 ctypedef int (*allreduce_fn)(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                              Scratch* s) noexcept nogil

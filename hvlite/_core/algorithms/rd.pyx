@@ -11,7 +11,7 @@ Non-powers of two fold in and out exactly as in halving-doubling.
 from libc.string cimport memcpy
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport reduce_into
+from hvlite._core.kernels.reduce cimport divide_by, reduce_into
 from hvlite._core.algorithms.p2p cimport comm_size, fold_in, fold_out, pow2_floor, sendrecv, unfolded_rank
 
 
@@ -42,6 +42,8 @@ cdef int rd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
     cdef int n = comm_size(comm), err, newrank, mask
     cdef int p = pow2_floor(n)
     if n == 1:
+        if s.divisor > 1:
+            divide_by(buf, count, dtype, s.divisor)
         return 0
     err = fold_in(buf, count, dtype, op, comm, s, &newrank)
     if err:
@@ -54,4 +56,6 @@ cdef int rd_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
             if err:
                 return err
             mask <<= 1
+        if s.divisor > 1:       # an Average: before the folded-out ranks get their copy
+            divide_by(buf, count, dtype, s.divisor)
     return fold_out(buf, count * dtype_size(dtype), comm)

@@ -17,6 +17,7 @@ on one rank and copied everywhere, so every rank still gets the same bits.
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
 from libc.string cimport memcpy
+from hvlite._core.kernels.reduce cimport divide_by
 from hvlite._core.algorithms.p2p cimport (block_start, comm_size, fold_in, fold_out, pow2_floor, sendrecv,
                                sendrecv_reduce_from, unfolded_rank)
 
@@ -41,6 +42,8 @@ cdef int rhd_allreduce_from(const char* input, char* buf, size_t count, int dtyp
         memcpy(buf, input, count * es)
         first = NULL
     if n == 1:
+        if s.divisor > 1:
+            divide_by(buf, count, dtype, s.divisor)
         return 0
     err = fold_in(buf, count, dtype, op, comm, s, &newrank)
     if err:
@@ -71,6 +74,9 @@ cdef int rhd_allreduce_from(const char* input, char* buf, size_t count, int dtyp
                 return err
             lo = klo
             mask <<= 1
+        if s.divisor > 1:       # an Average: this rank's blocks, before the allgather copies them
+            a = block_start(count, p, lo)
+            divide_by(buf + a * es, block_start(count, p, lo + sz) - a, dtype, s.divisor)
         # Allgather by recursive doubling, the same steps backwards: the partner of each step
         # holds the sibling run of `sz` blocks; the last, largest exchange is at distance 1.
         mask = p >> 1

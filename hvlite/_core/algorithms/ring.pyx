@@ -8,6 +8,7 @@ copies owned blocks around, so every rank ends with the owner's bits.
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.kernels.reduce cimport divide_by
 from libc.string cimport memcpy
 from hvlite._core.algorithms.p2p cimport block_start, comm_size, comm_rank, sendrecv, sendrecv_reduce_from
 
@@ -66,11 +67,20 @@ cdef int ring_allgather(char* buf, size_t count, size_t esize, MPI_Comm comm) no
     return 0
 
 
+cdef void _divide_owned(char* buf, size_t count, int dtype, MPI_Comm comm, Scratch* s) noexcept nogil:
+    """An Average's division on the block this rank owns, before the allgather copies it."""
+    cdef int n = comm_size(comm), b = ring_owned_block(comm_rank(comm), n)
+    cdef size_t lo = block_start(count, n, b)
+    if s.divisor > 1:
+        divide_by(buf + lo * dtype_size(dtype), block_start(count, n, b + 1) - lo, dtype, s.divisor)
+
+
 cdef int ring_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm comm,
                         Scratch* s) noexcept nogil:
     cdef int err = ring_reduce_scatter(buf, count, dtype, op, comm, s)
     if err:
         return err
+    _divide_owned(buf, count, dtype, comm, s)
     return ring_allgather(buf, count, dtype_size(dtype), comm)
 
 
@@ -80,8 +90,10 @@ cdef int ring_allreduce_from(const char* input, char* buf, size_t count, int dty
     cdef int err
     if comm_size(comm) == 1:
         memcpy(buf, input, count * dtype_size(dtype))
+        _divide_owned(buf, count, dtype, comm, s)
         return 0
     err = _reduce_scatter(input, buf, count, dtype, op, comm, s)
     if err:
         return err
+    _divide_owned(buf, count, dtype, comm, s)
     return ring_allgather(buf, count, dtype_size(dtype), comm)

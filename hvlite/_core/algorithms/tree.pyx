@@ -6,6 +6,7 @@ alone holds the fully reduced buffer, which the broadcast hands to everyone unch
 """
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.kernels.reduce cimport divide_by
 from hvlite._core.algorithms.p2p cimport comm_size, comm_rank, sendrecv, sendrecv_reduce
 
 
@@ -46,4 +47,6 @@ cdef int tree_allreduce(char* buf, size_t count, int dtype, int op, MPI_Comm com
     cdef int err = tree_reduce(buf, count, dtype, op, comm, s)
     if err:
         return err
+    if s.divisor > 1 and comm_rank(comm) == 0:     # an Average: the root divides, once
+        divide_by(buf, count, dtype, s.divisor)
     return tree_broadcast(buf, count * dtype_size(dtype), comm)

@@ -65,6 +65,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     c.uniform, c.nodes = uniform, nodes
     c.model = complete(model)
     c.scratch.seg_bytes = (segment_bytes + 63) // 64 * 64
+    c.scratch.divisor = 0
     c.scratch.buf = <char*>aligned_alloc(64, 2 * c.scratch.seg_bytes)
     if c.scratch.buf == NULL:
         raise MemoryError("hvlite: cannot allocate the scratch segments")
@@ -226,7 +227,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             # Within the node in shared memory; across nodes (if any) on each rank's slice.
             err = 1
             cross = _cross_fn(c, count * dtype_size(dtype))
-            if op == OP_AVERAGE and cross == NULL:
+            if op == OP_AVERAGE:       # the segment (or across nodes, the cross algorithm) divides
                 div = divisor
             if c.direct_ok:         # one node whose ranks read each other's buffers
                 piece.input = piece.output = buf
@@ -248,7 +249,10 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
                 buf, count, dtype, kop, c.local, c.cross, c.uniform,
                 _flat_fn(choose(nbytes, c.nodes, 1, 1, True, False, &c.model)), &c.scratch)
         else:
+            if op == OP_AVERAGE:        # the algorithm divides each element where it finishes
+                c.scratch.divisor = div = divisor
             err = _flat_fn(algo)(buf, count, dtype, kop, c.comm, &c.scratch)
+            c.scratch.divisor = 0
     if err == 0 and div == 1:
         finish_op(buf, count, dtype, op, divisor)
     return err
@@ -263,12 +267,13 @@ cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t cou
         if input != buf and count:
             memcpy(buf, input, count * es)
         return run_allreduce(c, buf, count, dtype, op, algo, divisor)
+    if op == OP_AVERAGE:                # the algorithm divides each element where it finishes
+        c.scratch.divisor = divisor
     if algo == ALG_RING:
         err = ring_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
     else:
         err = rhd_allreduce_from(input, buf, count, dtype, kernel_op(op), c.comm, &c.scratch)
-    if err == 0:
-        finish_op(buf, count, dtype, op, divisor)
+    c.scratch.divisor = 0
     return err
 
 

@@ -128,6 +128,15 @@ cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) n
 cdef inline void _idiv(num_t* a, size_t n, long d) noexcept nogil:
     # Integers truncate toward zero (cdivision). d stays a long: a narrow cast of the rank count would overflow int8 at 128 ranks.
     cdef size_t i
+    cdef num_t r
+    if (num_t is float or num_t is double) and d & (d - 1) == 0:
+        # 1/d is exact for a power of two, so x * (1/d) and x / d are the same real number and
+        # round alike (subnormals, infinities and NaNs included): the same bits as the quotient
+        # at a multiply's cost (a vector divide costs ~10: Average at 1 MiB ran 1.2-1.6x Sum)
+        r = <num_t>(1.0 / <double>d)
+        for i in range(n):
+            a[i] = a[i] * r
+        return
     for i in range(n):
         a[i] = <num_t>(a[i] / d) if num_t is float or num_t is double else a[i] // d
 

@@ -27,6 +27,7 @@ Whether the kernel lets the node's ranks read and write each other (same user; n
 restriction, or PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
 """
 from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
@@ -176,10 +177,11 @@ cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, 
 
 
 cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap* to, size_t a,
-               size_t b, size_t es, iovec* loc, iovec* rem) noexcept nogil:
+               size_t b, size_t es, iovec* loc, iovec* rem, bint stream) noexcept nogil:
     """The result for batch elements [a, b) into a peer's outputs: from acc (contiguous), or
     with acc NULL from this rank's own outputs. Where the peer's output lies in its arena
-    (mapped here) the stores bypass the cache; elsewhere the kernel writes them."""
+    (mapped here) this rank stores them itself (past the cache with `stream`); elsewhere the
+    kernel writes them."""
     cdef size_t i = _find(t.w, t.np, a), j = 0, n = 0, stop, length, x = a
     cdef uint64_t dst
     cdef const char* src
@@ -205,7 +207,10 @@ cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap*
         length = (stop - a) * es
         dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
         if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
-            hv_stream_copy(to.map + (dst - to.base), src, length)
+            if stream:
+                hv_stream_copy(to.map + (dst - to.base), src, length)
+            else:
+                memcpy(to.map + (dst - to.base), src, length)
         else:
             loc[n].iov_base = <void*>src
             loc[n].iov_len = length
@@ -284,6 +289,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* acc
     cdef char* tmp
     cdef uint64_t ok
+    cdef bint stream = count * es >= a.stream_min
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -337,7 +343,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
                     err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
-                                es, loc, rem)
+                                es, loc, rem, stream)
         else:
             for r in range(a.L):
                 if r == a.me:
@@ -352,10 +358,11 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             if err == 0:
                 if divisor > 1:
                     divide_by(acc, n, dtype, divisor)
-                shm_scatter(p, np, at, at + n, acc, dtype)
+                shm_scatter(p, np, at, at + n, acc, dtype, stream)
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem)
+                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem,
+                                stream)
         at += n
     # The last barrier: every peer's writes into this rank's outputs are done, and no rank
     # returns (letting its buffers go) while a peer still reaches into them. It carries whether

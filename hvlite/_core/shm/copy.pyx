@@ -11,9 +11,13 @@ every rank).
 # distutils: language = c++
 from libc.stdlib cimport malloc
 from libc.string cimport memcpy
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
 from hvlite._core.shm.segment cimport ShmArea, shm_slot, shm_barrier
+from hvlite._core.codes cimport HV_ERR_COUNT, nomem
+
+cdef enum:
+    HEAD = 64       # a slot's first line holds the count; rows that fit follow it
 
 
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil:
@@ -39,15 +43,19 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
                        bint same_rows) noexcept nogil:
     """Every rank's rows, in rank order, into a result allocated here at its final size
     (mpi_collectives' allgather, through the segment). The counts always go through the
-    segment (one barrier): `same_rows` is this rank's belief, and a rank that has joined holds
-    none while the others' cache hit says all are equal; skipping the exchange on some ranks
-    only would leave the node's barriers out of step (a hang)."""
-    cdef int r, p, err
-    cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b
+    segment: `same_rows` is this rank's belief, and a rank that has joined holds none while the
+    others' cache hit says all are equal; skipping the exchange on some ranks only would leave
+    the node's barriers out of step (a hang). Rows that fit a slot beside the count travel with
+    it: one barrier in all (a small allgather took two)."""
+    cdef int r, p, err, bad = 0
+    cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b, room = a.seg - HEAD
+    cdef char* out = NULL
     cdef vector[size_t] at
     all_rows.resize(a.L)
     p = (a.epoch + 1) & 1
     memcpy(shm_slot(a, a.me, p), &rows, sizeof(int64_t))
+    if mine <= room:
+        memcpy(shm_slot(a, a.me, p) + HEAD, input, mine)
     err = shm_barrier(a)
     if err:
         return err
@@ -55,15 +63,24 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         memcpy(&all_rows[r], shm_slot(a, r, p), sizeof(int64_t))
     total_rows[0] = 0
     at.resize(a.L)
-    for r in range(a.L):
+    for r in range(a.L):        # a peer's count is checked before it sizes anything
+        if all_rows[r] < 0 or (row_bytes and <uint64_t>all_rows[r] > <uint64_t>INT64_MAX // row_bytes
+                                or <uint64_t>(total_rows[0] + all_rows[r]) * row_bytes
+                                > <uint64_t>INT64_MAX):
+            return HV_ERR_COUNT         # every rank read the same counts: all return here
         at[r] = <size_t>total_rows[0] * row_bytes
         total_rows[0] += all_rows[r]
         b = <size_t>all_rows[r] * row_bytes
         most = b if b > most else most
-    result[0] = <char*>malloc(<size_t>total_rows[0] * row_bytes + 1)
-    if result[0] == NULL:
-        return -1
-    while off < most:
+    out = <char*>malloc(<size_t>total_rows[0] * row_bytes + 1)
+    result[0] = out
+    if most <= room:            # every rank's rows came with its count
+        if out == NULL:
+            return nomem(<size_t>total_rows[0] * row_bytes + 1)
+        for r in range(a.L):
+            memcpy(out + at[r], shm_slot(a, r, p) + HEAD, <size_t>all_rows[r] * row_bytes)
+        return 0
+    while off < most:           # through every barrier even without a result: none is left waiting
         n = most - off if most - off < a.seg else a.seg
         p = (a.epoch + 1) & 1
         if off < mine:
@@ -73,7 +90,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
             return err
         for r in range(a.L):
             b = <size_t>all_rows[r] * row_bytes
-            if off < b:
-                memcpy(result[0] + at[r] + off, shm_slot(a, r, p), b - off if b - off < n else n)
+            if off < b and out != NULL:
+                memcpy(out + at[r] + off, shm_slot(a, r, p), b - off if b - off < n else n)
         off += n
-    return 0
+    return 0 if out != NULL else nomem(<size_t>total_rows[0] * row_bytes + 1)

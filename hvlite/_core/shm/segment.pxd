@@ -13,6 +13,7 @@ cdef struct ShmArea:
     long long epoch      # barriers passed; the same on every rank of the node
     size_t redundant_max # up to this many bytes per segment every rank reduces everything
     int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
+    size_t stream_min    # batches of at least this many bytes write new outputs past the cache
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
@@ -23,8 +24,9 @@ cdef void shm_set_why(ShmArea* a, str why)
 
 # In place over the node; with `cross` (size > 1) the node's partial result is all-reduced among
 # the nodes with cross_fn: per slice (uniform nodes) or by the leaders (uneven nodes).
-# divisor > 1 (no cross_fn only): each result chunk is divided while still in L1, the last pass
-# of an Average (op is then the kernel op, Sum).
+# divisor > 1: the last pass of an Average (op is then the kernel op, Sum): on one node each
+# result chunk is divided while still in L1; across nodes the cross algorithm divides each
+# element of the nodes' sum where it finishes it.
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
                        MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s,
                        long divisor) noexcept nogil
@@ -56,12 +58,12 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
 cdef int shm_barrier(ShmArea* a) noexcept nogil
 # A batch's elements [a, b) between its pieces and a contiguous buffer: inputs gathered into dst
-# (the op's identity where a piece has none), or src scattered into the outputs (non-temporal
-# stores into outputs that are not their inputs).
+# (the op's identity where a piece has none), or src scattered into the outputs (with `stream`,
+# non-temporal stores into outputs that are not their inputs).
 cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
                      int op) noexcept nogil
 cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                      int dtype) noexcept nogil
+                      int dtype, bint stream) noexcept nogil
 # Where rank j's 1/L slice of a count-element buffer starts (64-byte aligned; j = L: count).
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
 # Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.

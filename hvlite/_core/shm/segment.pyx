@@ -41,12 +41,18 @@ cdef extern from "kernels/stream.h" nogil:
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
 
+
 from hvlite._core.sync cimport hv_load64, hv_store64, hv_pause, hv_yield, hv_sleep, hv_now
 
 cdef enum:
     LINE = 64                # one epoch counter per cache line
     CHUNK = 16384            # bytes reduced at a time, so the accumulator stays in L1
     MIN_SEG = 65536          # smallest segment tried when /dev/shm is short of space
+    STREAM_MIN = 8 << 20     # batches from this size write new outputs past the cache; below
+                             # it the outputs a pool hands back are still cached and ordinary
+                             # stores are faster (1 MiB out of place: 1.15x), above it each
+                             # line would first be read from memory (16-32 MiB: 1.1x the
+                             # other way; 2 ranks, docs/benchmarks.md)
     SPIN = 256               # flag checks before yielding,
     YIELDS = 64              # then yields before sleeping: a waiting thread that yields for
                              # long takes the core from the compute of the rank beside it
@@ -124,8 +130,8 @@ cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst
 
 
 cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                      int dtype) noexcept nogil:
-    _scatter(p, np, a, b, src, dtype)
+                      int dtype, bint stream) noexcept nogil:
+    _move(p, np, a, b, <char*>src, dtype, 0, False, stream)
 
 
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
@@ -227,6 +233,15 @@ cdef inline void _copy_except(char* dst, const char* src, size_t n, size_t lo, s
     memcpy(dst + hi * es, src + hi * es, (n - hi) * es)
 
 
+cdef inline int _across(allreduce_fn cross_fn, char* buf, size_t count, int dtype, int op,
+                        MPI_Comm cross, Scratch* s, long divisor) noexcept nogil:
+    """The nodes' all-reduce of this rank's part; divisor > 1: it divides as it finishes."""
+    s.divisor = divisor if divisor > 1 else 0
+    cdef int err = cross_fn(buf, count, dtype, op, cross, s)
+    s.divisor = 0
+    return err
+
+
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
                        MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s,
                        long divisor) noexcept nogil:
@@ -238,6 +253,9 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
     cdef bint leaders = has_cross and not uniform
     cdef int p, q, err = 0
     cdef char* seg
+    cdef long after = 1         # with other nodes, an Average divides after the nodes' sum:
+    if has_cross:               # inside the cross algorithm, or here where there is none
+        after, divisor = divisor, 1
     if count == 0:
         return 0
     nseg = (count + per - 1) // per
@@ -246,15 +264,13 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
         for k in range(nseg):
             if talk and err == 0:
                 off = k * per
-                err = cross_fn(buf + off * es, count - off if count - off < per else per,
-                               dtype, op, cross, s)
-        if divisor > 1 and err == 0:
-            divide_by(buf, count, dtype, divisor)
+                err = _across(cross_fn, buf + off * es, count - off if count - off < per else per,
+                              dtype, op, cross, s, after)
+        if after > 1 and not talk and err == 0:
+            divide_by(buf, count, dtype, after)
         return err
     if a.base == NULL:
         return HV_ERR_SHM
-    if has_cross:
-        divisor = 1             # the nodes' sum comes after: the caller divides
     if not has_cross and (count if count < per else per) * es <= a.redundant_max:
         # Every rank reduces every slot: one barrier per segment.
         for k in range(nseg):
@@ -283,7 +299,10 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
             _reduce(a, p, lo, hi - lo, dtype, op, seg + lo * es, _result(a, q) + lo * es,
                     NULL if has_cross else seg + lo * es, divisor)
             if talk and err == 0:
-                err = cross_fn(_result(a, q) + lo * es, hi - lo, dtype, op, cross, s)
+                err = _across(cross_fn, _result(a, q) + lo * es, hi - lo, dtype, op, cross, s,
+                              after)
+            elif after > 1:
+                divide_by(_result(a, q) + lo * es, hi - lo, dtype, after)
             if has_cross:
                 memcpy(seg + lo * es, _result(a, q) + lo * es, (hi - lo) * es)
         if k + 1 < nseg:
@@ -320,9 +339,10 @@ cdef size_t _find(const ShmPiece* p, size_t np, size_t at) noexcept nogil:
 
 
 cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int dtype, int op,
-               bint gather) noexcept nogil:
+               bint gather, bint stream) noexcept nogil:
     """Between buf and batch elements [a, b): gather copies each piece's input into buf (the
-    op's identity where it has none); scatter copies buf into each piece's output (if any)."""
+    op's identity where it has none); scatter copies buf into each piece's output (if any),
+    past the cache with `stream` where the output is not the input."""
     cdef size_t es = dtype_size(dtype), i, take, end, at
     if a >= b:
         return
@@ -335,8 +355,10 @@ cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int
             if not gather:
                 if p[i].output != NULL and p[i].output == p[i].input:
                     memcpy(p[i].output + at, buf, take * es)
-                elif p[i].output != NULL:       # memory this batch has not read: no line fills
+                elif p[i].output != NULL and stream:    # not read by this batch: no line fills
                     hv_stream_copy(p[i].output + at, buf, take * es)
+                elif p[i].output != NULL:
+                    memcpy(p[i].output + at, buf, take * es)
             elif p[i].input != NULL:
                 memcpy(buf, p[i].input + at, take * es)
             else:
@@ -348,16 +370,17 @@ cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int
 
 cdef inline void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
                          int op) noexcept nogil:
-    _move(p, np, a, b, dst, dtype, op, True)
+    _move(p, np, a, b, dst, dtype, op, True, False)
 
 
-cdef inline void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                          int dtype) noexcept nogil:
-    _move(p, np, a, b, <char*>src, dtype, 0, False)
+cdef inline void _scatter(ShmArea* a, const ShmPiece* p, size_t np, size_t lo, size_t hi,
+                          const char* src, int dtype, size_t count) noexcept nogil:
+    """src into the outputs of batch elements [lo, hi) of a count-element batch."""
+    _move(p, np, lo, hi, <char*>src, dtype, 0, False, count * dtype_size(dtype) >= a.stream_min)
 
 
 cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, int dtype, int op,
-                            const ShmPiece* p, size_t np, long divisor) noexcept nogil:
+                            const ShmPiece* p, size_t np, long divisor, size_t total) noexcept nogil:
     """Every slot's elements [0, count) reduced in slot order, straight into the pieces' outputs
     for virtual elements [off, off + count)."""
     cdef double acc_mem[2048]
@@ -371,7 +394,7 @@ cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, in
             reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
         if divisor > 1:
             divide_by(acc, n, dtype, divisor)
-        _scatter(p, np, off + done, off + done + n, acc, dtype)
+        _scatter(a, p, np, off + done, off + done + n, acc, dtype, total)
         done += n
 
 
@@ -385,7 +408,7 @@ cdef inline void _gather_except(const ShmPiece* p, size_t np, size_t off, size_t
 
 cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, size_t hi, int dtype,
                                int op, const ShmPiece* p, size_t np, char* result,
-                               long divisor) noexcept nogil:
+                               long divisor, size_t total) noexcept nogil:
     """result[lo:hi) and the pieces' outputs for batch elements [off + lo, off + hi) = the slots
     reduced in slot order, this rank's own contribution read from its inputs."""
     cdef double acc_mem[2048]
@@ -407,7 +430,7 @@ cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, si
         if divisor > 1:
             divide_by(acc, n, dtype, divisor)
         memcpy(result + at * es, acc, n * es)
-        _scatter(p, np, off + at, off + at + n, acc, dtype)
+        _scatter(a, p, np, off + at, off + at + n, acc, dtype, total)
         at += n
 
 
@@ -427,7 +450,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             pa = (a.epoch + 1) & 1
             _gather(p, np, off, off + n, _slot(a, a.me, pa), dtype, op)
             _barrier(a)
-            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np, divisor)
+            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np, divisor, count)
         return a.lost
     # As shm_allreduce: gather only what the others reduce, reduce this rank's slice from its own
     # inputs (through an L1 buffer) and the others' slots, scatter it from the accumulator.
@@ -442,14 +465,15 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
         hi = _slice_start(n, a.L, a.me + 1, es)
         pa = a.epoch & 1
         q = pa ^ 1
-        _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q), divisor)
+        _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q), divisor,
+                             count)
         if k + 1 < nseg:
             nn = count - off - per if count - off - per < per else per
             _gather_except(p, np, off + per, nn, _slice_start(nn, a.L, a.me, es),
                            _slice_start(nn, a.L, a.me + 1, es), _slot(a, a.me, q), dtype, op)
         _barrier(a)
-        _scatter(p, np, off, off + lo, _result(a, q), dtype)
-        _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, dtype)
+        _scatter(a, p, np, off, off + lo, _result(a, q), dtype, count)
+        _scatter(a, p, np, off + hi, off + n, _result(a, q) + hi * es, dtype, count)
     return a.lost
 
 
@@ -462,6 +486,7 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
     cdef bint created = False
     memset(a, 0, sizeof(ShmArea))
     a.L, a.me, a.redundant_max = L, me, redundant_max
+    a.stream_min = STREAM_MIN
     why = ""
     if not enabled:
         shm_set_why(a, "disabled (HVLITE_SHM=0)")
