@@ -357,7 +357,17 @@ def allgather_now(x, name, process_set):
         return None
     st = runtime.current().global_state
     return _now(st, name or st.auto_name("allgather"), ALLGATHER, code, 0, 0, 0, x, None,
-                lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits)))
+                _gathered(x))
+
+
+def _block_rows(rows, size, rank):
+    """Rows of reducescatter's result on `rank`: the first rows % size ranks get one more."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+def _gathered(x):
+    """finish() of a collective whose result is rows like x's, as many as every rank's sum."""
+    return lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits))
 
 
 def reducescatter_now(x, op, name, process_set):
@@ -368,9 +378,7 @@ def reducescatter_now(x, op, name, process_set):
     if code is None or o is None or x.ndim == 0:
         return None
     st = runtime.current().global_state
-    n = st.size
-    out = np.empty((x.shape[0] // n + (1 if st.rank < x.shape[0] % n else 0),) + x.shape[1:],
-                   dtype=x.dtype)
+    out = np.empty((_block_rows(x.shape[0], st.size, st.rank),) + x.shape[1:], dtype=x.dtype)
     _now(st, name or st.auto_name("reducescatter"), REDUCESCATTER, code, o, 0, 0, x, out)
     return out
 
@@ -386,7 +394,7 @@ def alltoall_now(x, splits, name, process_set):
     if x.shape[0] % st.size:
         return None
     return _now(st, name or st.auto_name("alltoall"), ALLTOALL, code, 0, 0, 0, x, None,
-                lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits)))
+                _gathered(x))
 
 
 def barrier_now(process_set):
@@ -552,8 +560,7 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
         if a.ndim == 0:     # no rows to scatter: Horovod refuses it too (every rank is told)
             raise InvalidArgumentError(f"reducescatter {name!r}: a 0-d array has no rows to "
                                        "scatter (reshape it to one dimension)")
-        rows = a.shape[0] // n + (1 if r < a.shape[0] % n else 0)
-        out = np.empty((rows,) + a.shape[1:], dtype=a.dtype)
+        out = np.empty((_block_rows(a.shape[0], n, r),) + a.shape[1:], dtype=a.dtype)
         code = _dtype_code(a, name, "reducescatter")
         o = as_op(op)
         if o == Adasum:

@@ -94,6 +94,24 @@ def test_bad_op_and_algorithm_named():
     expect_raise_everywhere(lambda: hvd.allreduce_([1.0, 2.0]), hvd.InvalidArgumentError, "NumPy")
 
 
+def test_lean_reducescatter_and_alltoall_errors_reach_every_rank():
+    """Plain arrays take the lean path for reducescatter and alltoall: a rank whose call differs
+    (another dtype; rows the set does not divide) still fails every rank, the call named."""
+    hvd.init()
+    if N == 1:
+        return
+    odd = RANK == N - 1
+    x = np.ones((2 * N, 3), np.float64 if odd else np.float32)
+    expect_raise_everywhere(lambda: hvd.reducescatter(x, op=hvd.Sum, name="rs.bad"),
+                            hvd.MismatchError, "rs.bad", f"rank {N - 1}")
+    y = np.ones((2 * N + (1 if odd else 0), 3), np.float32)
+    expect_raise_everywhere(lambda: hvd.alltoall(y, name="a2a.bad"),
+                            hvd.InvalidArgumentError if odd else hvd.MismatchError, "a2a.bad",
+                            "split evenly" if odd else f"rank {N - 1}")
+    z = hvd.reducescatter(np.ones((N, 2), np.float32), op=hvd.Sum)    # still usable
+    assert_everywhere([] if np.all(z == N) else [f"after the errors: {z}"])
+
+
 def test_mpi_errors_carry_mpi_message():
     hvd.init()
     from hvlite._core.engine import error_string, raise_for_code

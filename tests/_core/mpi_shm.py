@@ -134,7 +134,7 @@ def test_direct_reads_give_every_rank_the_same_bits():
     tiny = np.concatenate(tinies)
     outplace = hvd.allreduce(big[RANK], op=hvd.Sum, name="d.big.out",
                              algorithm="shm" if ENABLED else None)
-    # Past STREAM_MIN (8 MiB) new outputs are written past the cache; from a name's second call
+    # Past SHM_STREAM_MIN (8 MiB) new outputs are written past the cache; from a name's second call
     # on they lie in the pool's arena, which the peers write into themselves.
     huge = rng.standard_normal((N, (9 << 20) // 4 + 3)).astype(np.float32)
     for attempt in range(3):

@@ -34,7 +34,7 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.kernels.reduce cimport divide_by, reduce_into
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
 from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
-                               shm_slice_start, shm_gather, shm_scatter)
+                               shm_slice_start, shm_gather, shm_scatter, SHM_STREAM_MIN)
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -289,7 +289,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* acc
     cdef char* tmp
     cdef uint64_t ok
-    cdef bint stream = count * es >= a.stream_min
+    cdef bint stream = count * es >= SHM_STREAM_MIN
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):

@@ -47,7 +47,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     others' cache hit says all are equal; skipping the exchange on some ranks only would leave
     the node's barriers out of step (a hang). Rows that fit a slot beside the count travel with
     it: one barrier in all (a small allgather took two)."""
-    cdef int r, p, err, bad = 0
+    cdef int r, p, err
     cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b, room = a.seg - HEAD
     cdef char* out = NULL
     cdef vector[size_t] at
@@ -65,7 +65,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     at.resize(a.L)
     for r in range(a.L):        # a peer's count is checked before it sizes anything
         if all_rows[r] < 0 or (row_bytes and <uint64_t>all_rows[r] > <uint64_t>INT64_MAX // row_bytes
-                                or <uint64_t>(total_rows[0] + all_rows[r]) * row_bytes
+                                or (<uint64_t>total_rows[0] + <uint64_t>all_rows[r]) * row_bytes
                                 > <uint64_t>INT64_MAX):
             return HV_ERR_COUNT         # every rank read the same counts: all return here
         at[r] = <size_t>total_rows[0] * row_bytes

@@ -2,6 +2,13 @@ from libc.stdint cimport uint64_t
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.algorithms.algorithm cimport Scratch, allreduce_fn
 
+# Batches from this many bytes write new outputs past the cache (non-temporal stores); below it
+# the outputs a pool hands back are still cached and ordinary stores are faster (1 MiB out of
+# place: 1.15x), above it each line would first be read from memory (16-32 MiB: 1.1x the other
+# way; 2 ranks, docs/benchmarks.md).
+cdef enum:
+    SHM_STREAM_MIN = 8 << 20
+
 # A segment shared by the L ranks of one node: a control page with one epoch counter per rank,
 # then two slots per rank (by epoch parity) and two result areas, each `seg` bytes.
 cdef struct ShmArea:
@@ -13,7 +20,6 @@ cdef struct ShmArea:
     long long epoch      # barriers passed; the same on every rank of the node
     size_t redundant_max # up to this many bytes per segment every rank reduces everything
     int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
-    size_t stream_min    # batches of at least this many bytes write new outputs past the cache
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.

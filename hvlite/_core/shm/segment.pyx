@@ -48,11 +48,6 @@ cdef enum:
     LINE = 64                # one epoch counter per cache line
     CHUNK = 16384            # bytes reduced at a time, so the accumulator stays in L1
     MIN_SEG = 65536          # smallest segment tried when /dev/shm is short of space
-    STREAM_MIN = 8 << 20     # batches from this size write new outputs past the cache; below
-                             # it the outputs a pool hands back are still cached and ordinary
-                             # stores are faster (1 MiB out of place: 1.15x), above it each
-                             # line would first be read from memory (16-32 MiB: 1.1x the
-                             # other way; 2 ranks, docs/benchmarks.md)
     SPIN = 256               # flag checks before yielding,
     YIELDS = 64              # then yields before sleeping: a waiting thread that yields for
                              # long takes the core from the compute of the rank beside it
@@ -373,14 +368,13 @@ cdef inline void _gather(const ShmPiece* p, size_t np, size_t a, size_t b, char*
     _move(p, np, a, b, dst, dtype, op, True, False)
 
 
-cdef inline void _scatter(ShmArea* a, const ShmPiece* p, size_t np, size_t lo, size_t hi,
-                          const char* src, int dtype, size_t count) noexcept nogil:
-    """src into the outputs of batch elements [lo, hi) of a count-element batch."""
-    _move(p, np, lo, hi, <char*>src, dtype, 0, False, count * dtype_size(dtype) >= a.stream_min)
+cdef inline void _scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
+                          int dtype, bint stream) noexcept nogil:
+    _move(p, np, a, b, <char*>src, dtype, 0, False, stream)
 
 
 cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, int dtype, int op,
-                            const ShmPiece* p, size_t np, long divisor, size_t total) noexcept nogil:
+                            const ShmPiece* p, size_t np, long divisor, bint stream) noexcept nogil:
     """Every slot's elements [0, count) reduced in slot order, straight into the pieces' outputs
     for virtual elements [off, off + count)."""
     cdef double acc_mem[2048]
@@ -394,7 +388,7 @@ cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, in
             reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
         if divisor > 1:
             divide_by(acc, n, dtype, divisor)
-        _scatter(a, p, np, off + done, off + done + n, acc, dtype, total)
+        _scatter(p, np, off + done, off + done + n, acc, dtype, stream)
         done += n
 
 
@@ -408,7 +402,7 @@ cdef inline void _gather_except(const ShmPiece* p, size_t np, size_t off, size_t
 
 cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, size_t hi, int dtype,
                                int op, const ShmPiece* p, size_t np, char* result,
-                               long divisor, size_t total) noexcept nogil:
+                               long divisor, bint stream) noexcept nogil:
     """result[lo:hi) and the pieces' outputs for batch elements [off + lo, off + hi) = the slots
     reduced in slot order, this rank's own contribution read from its inputs."""
     cdef double acc_mem[2048]
@@ -430,13 +424,14 @@ cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, si
         if divisor > 1:
             divide_by(acc, n, dtype, divisor)
         memcpy(result + at * es, acc, n * es)
-        _scatter(a, p, np, off + at, off + at + n, acc, dtype, total)
+        _scatter(p, np, off + at, off + at + n, acc, dtype, stream)
         at += n
 
 
 cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
                               ShmArea* a, long divisor) noexcept nogil:
     cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, lo, hi, nn, nseg, k
+    cdef bint stream = count * es >= SHM_STREAM_MIN
     cdef int pa, q
     if count == 0:
         return 0
@@ -450,7 +445,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             pa = (a.epoch + 1) & 1
             _gather(p, np, off, off + n, _slot(a, a.me, pa), dtype, op)
             _barrier(a)
-            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np, divisor, count)
+            _reduce_to_pieces(a, pa, off, n, dtype, op, p, np, divisor, stream)
         return a.lost
     # As shm_allreduce: gather only what the others reduce, reduce this rank's slice from its own
     # inputs (through an L1 buffer) and the others' slots, scatter it from the accumulator.
@@ -466,14 +461,14 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
         pa = a.epoch & 1
         q = pa ^ 1
         _reduce_slice_pieces(a, pa, off, lo, hi, dtype, op, p, np, _result(a, q), divisor,
-                             count)
+                             stream)
         if k + 1 < nseg:
             nn = count - off - per if count - off - per < per else per
             _gather_except(p, np, off + per, nn, _slice_start(nn, a.L, a.me, es),
                            _slice_start(nn, a.L, a.me + 1, es), _slot(a, a.me, q), dtype, op)
         _barrier(a)
-        _scatter(a, p, np, off, off + lo, _result(a, q), dtype, count)
-        _scatter(a, p, np, off + hi, off + n, _result(a, q) + hi * es, dtype, count)
+        _scatter(p, np, off, off + lo, _result(a, q), dtype, stream)
+        _scatter(p, np, off + hi, off + n, _result(a, q) + hi * es, dtype, stream)
     return a.lost
 
 
@@ -486,7 +481,6 @@ cdef int shm_open_area(ShmArea* a, object local, size_t seg_bytes, size_t redund
     cdef bint created = False
     memset(a, 0, sizeof(ShmArea))
     a.L, a.me, a.redundant_max = L, me, redundant_max
-    a.stream_min = STREAM_MIN
     why = ""
     if not enabled:
         shm_set_why(a, "disabled (HVLITE_SHM=0)")
