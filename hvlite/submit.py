@@ -209,8 +209,9 @@ def _contiguous(x, ndim1=False):
 
 def _rows(result, dtype, tail, rows):
     """The gathered rows, as an array of shape (rows,) + tail (works for zero-size rows, whose
-    bytes alone cannot say how many rows there were)."""
-    return np.frombuffer(result, dtype=dtype).reshape((rows,) + tail)
+    bytes alone cannot say how many rows there were); made in one step (frombuffer then reshape
+    cost a small allgather 0.4 us more)."""
+    return np.ndarray((rows,) + tail, dtype, result)
 
 
 def _adasum_algorithm(x, code, algorithm, name):
@@ -367,7 +368,7 @@ def _block_rows(rows, size, rank):
 
 def _gathered(x):
     """finish() of a collective whose result is rows like x's, as many as every rank's sum."""
-    return lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], sum(p.result_splits))
+    return lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], p.result_total)
 
 
 def reducescatter_now(x, op, name, process_set):
@@ -449,8 +450,8 @@ def allgather_async(x, name=None, process_set=global_process_set, sync=False):
         a = _contiguous(x, ndim1=True)
         dtype, tail = a.dtype, a.shape[1:]
 
-        def finish(p):      # result_splits: every rank's row count
-            return _rows(p.take_result(), dtype, tail, sum(p.result_splits))
+        def finish(p):
+            return _rows(p.take_result(), dtype, tail, p.result_total)
         return Request(a, code=_dtype_code(a, name, "allgather"), finish=finish)
     return submit_prepared(st, ALLGATHER, name, prepare, x, sync=sync)
 

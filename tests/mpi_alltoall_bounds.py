@@ -1,5 +1,6 @@
 """Run by test_alltoall_bounds.py at 3 ranks: splits whose int64 sum wraps, and counts that only
-the core can see (a rank bypassing the Python checks, as a corrupt or hostile peer would)."""
+the core can see (a rank bypassing the Python checks, as a corrupt or hostile peer would): more
+rows than it has, or fewer splits than ranks."""
 import numpy as np
 
 import hvlite as hvd
@@ -23,9 +24,10 @@ for wrapping in ([2 ** 63 - 1, 2 ** 63 - 1, 10], [2 ** 63 - 1, 2 ** 63 - 1, 6]):
         assert r != 1 and "rank 1" in str(e), e
         print(f"rank {r}: peer refused: {e}", flush=True)
 
-# 2. negative and huge counts reaching the core (submitted past the Python checks on rank 2)
+# 2. negative and huge counts, and counts past the rank's own rows, reaching the core (submitted
+# past the Python checks on rank 2): refused before a row is read, on one node's segment or MPI
 st = hvd._current().global_state
-for bad in ([-1, 5, 4], [2 ** 40, 2 ** 40, -(2 ** 41) + 8]):
+for bad in ([-1, 5, 4], [2 ** 40, 2 ** 40, -(2 ** 41) + 8], [5, 5, 5], [2, 2]):
     splits = bad if r == 2 else [3, 3, 2]
     p = st.coordinator.submit(f"core.{bad[0]}", Submission(
         COLLECTIVES.index("alltoall"), DTYPES.index("float32"), splits=splits), x, None)

@@ -11,6 +11,7 @@ class Pending:
     algorithm_used: int
     value: int
     result_splits: list[int]
+    result_total: int
     result_rows: int
     def release(self) -> None: ...
     def poll(self) -> bool: ...

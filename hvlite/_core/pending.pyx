@@ -104,6 +104,16 @@ cdef class Pending:
     def result_splits(self):
         return [self.req.result_splits[i] for i in range(self.req.result_splits.size())]
 
+    @property
+    def result_total(self):
+        """Rows of an allgather's or alltoall's result: the sum of result_splits (rows of zero
+        bytes leave no other trace), without building the list."""
+        cdef long long total = 0
+        cdef size_t i
+        for i in range(self.req.result_splits.size()):
+            total += self.req.result_splits[i]
+        return total
+
     def take_result(self):
         """The coordinator-allocated result as a buffer object (ownership moves to it)."""
         cdef OwnedBuffer b = OwnedBuffer.__new__(OwnedBuffer)

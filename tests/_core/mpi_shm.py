@@ -112,6 +112,85 @@ def test_broadcast_and_allgather_through_the_segment(nbytes):
     assert_everywhere(failures)
 
 
+RS_OPS = [(hvd.Sum, lambda a: a.sum(axis=0)), (hvd.Min, lambda a: a.min(axis=0)),
+          (hvd.Max, lambda a: a.max(axis=0)), (hvd.Product, lambda a: a.prod(axis=0)),
+          (hvd.Average, lambda a: a.sum(axis=0) / N)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int64,
+                                   np.uint8])
+def test_reducescatter_every_dtype_and_op(dtype):
+    """reducescatter on one node reduces through the segment (elsewhere through MPI): every op
+    against NumPy on the gathered inputs, rows the set does not divide (fewer rows than ranks
+    too), small values so every dtype holds the exact result."""
+    failures = []
+    for rows in (0, 1, 5, 2 * N + 1):
+        base = (np.arange(N * rows * 3).reshape(N, rows, 3) % 3 + 1).astype(dtype)
+        lo = sum(rows // N + (q < rows % N) for q in range(RANK))
+        mine = rows // N + (RANK < rows % N)
+        for op, fn in RS_OPS:
+            if op is hvd.Average and not np.issubdtype(dtype, np.floating):
+                continue
+            got = hvd.reducescatter(base[RANK], op=op, name=f"rs.{rows}.{int(op)}")
+            want = fn(base.astype(np.float64))[lo:lo + mine].astype(dtype)
+            if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(f"{np.dtype(dtype).name} {op.name} rows {rows}: {got} != {want}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("nbytes", [4096, SEG + 1, 3 * SEG + 5])
+def test_reducescatter_across_many_rounds(nbytes):
+    """Blocks larger than a slot's part go through in rounds (one part per destination rank per
+    round): float results against NumPy, Sum and Average, in the blocks Horovod assigns."""
+    failures = []
+    rows = nbytes // 8 + 1
+    rng = np.random.default_rng(5)
+    base = rng.integers(-99, 99, size=(N, rows, 2)).astype(np.float32)   # the same everywhere
+    lo = sum(rows // N + (q < rows % N) for q in range(RANK))
+    mine = rows // N + (RANK < rows % N)
+    for op, want in ((hvd.Sum, base.sum(0)), (hvd.Average, base.sum(0) / N)):
+        got = hvd.reducescatter(base[RANK], op=op, name=f"rs.big.{nbytes}.{int(op)}")
+        if got.shape != (mine, 2) or not np.array_equal(got, want[lo:lo + mine].astype(np.float32)):
+            failures.append(f"{op.name} of {nbytes} B: differs from NumPy")
+    assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("nbytes", [0, 64, 4096, SEG - 1, SEG + 1, 3 * SEG + 5])
+def test_alltoall_through_the_segment(nbytes):
+    """alltoall on one node copies through the segment: parts from empty to several slots long,
+    splits that differ by rank and destination (zeros among them), equal parts, rows of 12 bytes;
+    the second and third calls of a name through the response cache, the third with rows that
+    differ from rank 0's (the cached slot is dropped on every rank)."""
+    failures = []
+    unit = max(1, nbytes // 12 // max(1, N))
+
+    def splits_of(r, even):
+        return [unit] * N if even else [(unit * (1 + (r + 2 * j) % 3)) if (r + j) % 4 else 0
+                                        for j in range(N)]
+
+    def rows_of(r, j, even):        # what rank r sends rank j: values name both
+        before = sum(splits_of(r, even)[:j])
+        k = splits_of(r, even)[j]
+        return (np.arange(before, before + k, dtype=np.int32)[:, None] * 3
+                + np.array([r, j, 7], np.int32))
+
+    for step, even in enumerate((True, True, False, True)):
+        x = np.concatenate([rows_of(RANK, j, even) for j in range(N)])
+        x = x.reshape(-1, 3)
+        if even:
+            got = hvd.alltoall(x, name=f"a2a.{nbytes}")
+            recv = [unit] * N
+        else:
+            got, recv = hvd.alltoall(x, splits=splits_of(RANK, even), name=f"a2a.{nbytes}")
+        want = np.concatenate([rows_of(r, RANK, even) for r in range(N)]).reshape(-1, 3)
+        want_recv = [splits_of(r, even)[RANK] for r in range(N)]
+        if list(recv) != want_recv:
+            failures.append(f"{nbytes} B step {step}: received splits {list(recv)} != {want_recv}")
+        if got.shape != want.shape or not np.array_equal(got, want):
+            failures.append(f"{nbytes} B step {step}: {got.shape} differs from {want.shape}")
+    assert_everywhere(failures)
+
+
 def test_direct_reads_give_every_rank_the_same_bits():
     """Reading the peers' buffers directly (the default on one node, where the kernel allows
     it): floats whose sum depends on the order come out bit for bit the same on every rank and

@@ -217,9 +217,9 @@ def test_a_local_error_is_reported_with_its_rank():
 @pytest.mark.parametrize("n", RANKS)
 def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
     ctl = Controller(n, cache_capacity=2)
-    resp = respond(ctl, [sub(("a", meta()), ("g", meta("alltoall", shape=(2, 3))))] * n)
+    resp = respond(ctl, [sub(("a", meta()), ("g", meta("join")))] * n)
     a, g = answer(resp, "a"), answer(resp, "g")
-    assert a["slot"] == 0 and g["slot"] == -1          # alltoall is not cacheable (its splits)
+    assert a["slot"] == 0 and g["slot"] == -1          # join is not cacheable
     assert ctl.cache_slots() == {"a": 0}
     # the next identical submission is a hit (the worker sends only its slot's bit) ...
     assert ctl.lookup("a", meta()) == 0
@@ -238,12 +238,24 @@ def test_agreed_names_get_cache_slots_that_the_next_round_hits(n):
     assert ctl.lookup("a", meta(shape=(5,))) == 0 and ctl.lookup("a", meta()) == 1
 
 
-def test_allgather_and_barrier_are_cached_alltoall_and_join_are_not():
+def test_allgather_alltoall_and_barrier_are_cached_join_is_not():
     ctl = Controller(2, cache_capacity=8)
     resp = respond(ctl, [sub(("g", meta("allgather", shape=(2, 3))), ("b", meta("barrier")),
                              ("t", meta("alltoall", shape=(2,))), ("j", meta("join")))] * 2)
     slots = {k: answer(resp, k)["slot"] for k in "gbtj"}
-    assert slots["g"] >= 0 and slots["b"] >= 0 and slots["t"] == slots["j"] == -1, slots
+    assert slots["g"] >= 0 and slots["b"] >= 0 and slots["t"] >= 0 and slots["j"] == -1, slots
+
+
+@pytest.mark.parametrize("coll", ["allgather", "alltoall"])
+def test_rows_unlike_rank_0s_drop_the_cached_name_on_every_rank(coll):
+    # the slot holds rank 0's first dimension: a rank whose own differs must not hit it while
+    # the others do; it drops the name everywhere (STALE) and goes to rank 0 again
+    ctl = Controller(2, cache_capacity=8)
+    slot = answer(respond(ctl, [sub(("g", meta(coll, shape=(2, 3))))] * 2), "g")["slot"]
+    assert slot >= 0
+    assert ctl.lookup("g", meta(coll, shape=(2, 3))) == slot
+    assert ctl.lookup("g", meta(coll, shape=(4, 3))) == -2
+    assert ctl.lookup("g", meta("allreduce", shape=(4, 3))) == -1
 
 
 def test_a_full_cache_evicts_the_least_recently_used_slot():

@@ -19,7 +19,8 @@ from hvlite._core.codes cimport *
 from hvlite._core.request cimport Item, item_count
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.shm.segment cimport ShmArea
-from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather
+from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather, shm_alltoall, shm_alltoall_part
+from hvlite._core.shm.reducescatter cimport shm_reducescatter
 
 
 cdef inline int _wait(int err, MPI_Request* req) noexcept nogil:
@@ -98,13 +99,18 @@ cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexce
     return 0
 
 
-cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& splits,
+cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+    """`rows`: this rank's first dimension; splits that do not add up to it (they reached the
+    core past the Python checks) are refused on every rank, before any row is read."""
     cdef int n = 0, err
     cdef size_t i
     cdef int64_t total = 0
+    cdef uint64_t sent = 0
     MPI_Comm_size(comm, &n)
     cdef vector[int64_t] send = splits
+    if send.size() != <size_t>n:
+        send.assign(n, -1)      # refused below, on every rank, after the counts' exchange
     cdef vector[int] scounts, sdispls, rcounts, rdispls
     cdef MPI_Request req
     recv_splits.resize(n)
@@ -114,6 +120,13 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, const vector[int64_t]& s
         return err
     cdef int bad = 0, anybad = 0
     if _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls):
+        bad = 1
+    for i in range(<size_t>n if not bad else 0):    # each non-negative (above): no wrap
+        if send[i] > rows or sent + <uint64_t>send[i] > <uint64_t>rows:
+            bad = 1
+            break
+        sent += <uint64_t>send[i]
+    if sent != <uint64_t>rows:
         bad = 1
     for i in range(<size_t>n if not bad else 0):    # each count checked above: no wrap
         total += recv_splits[0][i]
@@ -163,8 +176,8 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
 cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
     """One ready collective other than all-reduce; on a rank that has joined (no request) it
     still takes its part (zero rows to allgather, a throwaway buffer for broadcast). `node`:
-    the set is one node with a shared segment (the same on every rank): broadcast and
-    allgather go through it (shm/copy.pyx)."""
+    the set is one node with a shared segment (the same on every rank): broadcast, allgather,
+    alltoall (shm/copy.pyx) and reducescatter (shm/reducescatter.pyx) go through it."""
     cdef Request* req = it.req
     cdef int c = it.meta.collective, d, err = 0, rank = 0, size = 0
     cdef size_t es, row_bytes
@@ -212,19 +225,28 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
             free(tmp)
     elif c == C_ALLTOALL and req != NULL:
         splits = req.splits
+        rows = req.meta.shape[0] if req.meta.shape.size() else 1
         if splits.empty():
-            rows = req.meta.shape[0] if req.meta.shape.size() else 1
             splits.assign(size, rows // size)
-        err = run_alltoall(comm, req.input, splits, row_bytes, &req.result,
-                           &req.result_splits)
+        if node != NULL and shm_alltoall_part(node) > 0:
+            err = shm_alltoall(node, req.input, rows, splits, row_bytes, &req.result,
+                               &req.result_splits)
+        else:
+            err = run_alltoall(comm, req.input, rows, splits, row_bytes, &req.result,
+                               &req.result_splits)
         rows = 0
         for s in req.result_splits:
             rows += s
         req.result_rows = rows * <int64_t>row_bytes
     elif c == C_REDUCESCATTER and req != NULL:
-        err = run_reducescatter(comm, req.input, req.output,
-                                it.meta.shape[0] if it.meta.shape.size() else 1,
-                                row_bytes // es, it.meta.dtype, it.meta.op)
+        rows = it.meta.shape[0] if it.meta.shape.size() else 1
+        err = HV_ERR_SHM
+        if node != NULL:
+            err = shm_reducescatter(node, req.input, req.output, rows, row_bytes // es,
+                                    it.meta.dtype, it.meta.op)
+        if err == HV_ERR_SHM:
+            err = run_reducescatter(comm, req.input, req.output, rows, row_bytes // es,
+                                    it.meta.dtype, it.meta.op)
     elif c == C_JOIN and req != NULL:
         req.value = it.value
     return err

@@ -20,8 +20,8 @@ cdef void cache_init(Cache* c, int capacity) noexcept nogil
 cdef bint cacheable(int collective) noexcept nogil
 cdef bint same_meta(const Meta& a, const Meta& b) noexcept nogil
 # >= 0: the slot of the variant with equal metadata; -1: none (a miss); STALE: a miss that must
-# drop the name's every variant on every rank at once (a poisoned request, an allgather whose
-# rows differ from rank 0's)
+# drop the name's every variant on every rank at once (a poisoned request, an allgather or
+# alltoall whose rows differ from rank 0's)
 cdef enum:
     STALE = -2
 cdef int cache_lookup(Cache* c, const string& name, const Meta& meta) noexcept nogil

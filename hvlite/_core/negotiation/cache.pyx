@@ -16,12 +16,13 @@ cdef void cache_init(Cache* c, int capacity) noexcept nogil:
 
 
 cdef bint cacheable(int collective) noexcept nogil:
-    """Collectives whose whole metadata repeats from call to call. Allgather's first dimension
-    may differ by rank: its slot holds rank 0's, so a rank whose own differs finds it stale and
-    goes to rank 0 again (as with no cache); equal first dimensions, the usual case, hit. A
-    barrier needs nothing but the agreement: cached, it is one exchange."""
+    """Collectives whose whole metadata repeats from call to call. Allgather's and alltoall's
+    first dimension may differ by rank: the slot holds rank 0's, so a rank whose own differs
+    finds it stale and goes to rank 0 again (as with no cache); equal first dimensions, the
+    usual case, hit (alltoall's splits are not metadata: they travel with the data). A barrier
+    needs nothing but the agreement: cached, it is one exchange."""
     return (collective == C_ALLREDUCE or collective == C_BROADCAST or collective == C_REDUCESCATTER
-            or collective == C_ALLGATHER or collective == C_BARRIER)
+            or collective == C_ALLGATHER or collective == C_ALLTOALL or collective == C_BARRIER)
 
 
 cdef bint _same_shape(const Meta& a, const Meta& b) noexcept nogil:
@@ -62,7 +63,7 @@ cdef int cache_lookup(Cache* c, const string& name, const Meta& meta) noexcept n
     for i in range(slots.size()):
         if same_meta(c.metas[deref(slots)[i]], meta):
             return deref(slots)[i]
-    if not meta.error.empty() or meta.collective == C_ALLGATHER:
+    if not meta.error.empty() or meta.collective == C_ALLGATHER or meta.collective == C_ALLTOALL:
         return STALE
     return -1
 

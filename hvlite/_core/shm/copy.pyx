@@ -1,4 +1,4 @@
-"""Broadcast and allgather among the ranks of one node, through its shared segment.
+"""Broadcast, allgather and alltoall among the ranks of one node, through its shared segment.
 
 The collectives that only move bytes take the same path as the shm all-reduce: whoever holds
 bytes copies them into its slot, one flag barrier, everyone copies out. On one node that is a
@@ -94,3 +94,103 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
                 memcpy(out + at[r] + off, shm_slot(a, r, p), b - off if b - off < n else n)
         off += n
     return 0 if out != NULL else nomem(<size_t>total_rows[0] * row_bytes + 1)
+
+
+cdef size_t shm_alltoall_part(ShmArea* a) noexcept nogil:
+    """Bytes of each destination's part a round of shm_alltoall carries (0: the slot cannot
+    hold the header and a part for every rank; then MPI's path is taken, the same on every rank)."""
+    cdef size_t head = (<size_t>a.L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
+    if a.base == NULL or head >= a.seg:
+        return 0
+    cdef size_t q = (a.seg - head) // <size_t>a.L
+    return q // HEAD * HEAD if q >= HEAD else q
+
+
+cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+    """mpi_collectives' alltoall through the segment. A slot holds this rank's splits, then one
+    part per destination rank: round i carries bytes [i*q, (i+1)*q) of each part (q from
+    shm_alltoall_part), and the first round travels with the splits: in equal parts up to q
+    bytes a part, one barrier in all. Every rank reads every rank's splits, so every rank checks
+    all of them (non-negative, no 64-bit wrap), reaches the same verdict and runs the same number
+    of rounds. Splits this rank cannot send from its `rows` rows (they reached the core past the
+    Python checks) go out as -1s: every rank refuses them together, and nothing is read."""
+    cdef int L = a.L, r, j, p, err
+    cdef size_t head = (<size_t>L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
+    cdef size_t q = shm_alltoall_part(a), most = 0, off, b, n
+    cdef uint64_t sent, got = 0
+    cdef int64_t v
+    cdef bint ok = splits.size() == <size_t>L and rows >= 0
+    cdef char* out = NULL
+    cdef char* slot
+    cdef vector[size_t] send_at, recv_from, at
+    cdef int64_t* row
+    send_at.resize(L)
+    sent = 0
+    for j in range(L if ok else 0):
+        v = splits[j]
+        if v < 0 or v > rows or sent + <uint64_t>v > <uint64_t>rows:
+            ok = False
+            break
+        send_at[j] = <size_t>sent * row_bytes
+        sent += <uint64_t>v
+    ok = ok and sent == <uint64_t>rows
+    p = (a.epoch + 1) & 1
+    slot = shm_slot(a, a.me, p)
+    for j in range(L):
+        (<int64_t*>slot)[j] = splits[j] if ok else -1
+        if ok:
+            b = <size_t>splits[j] * row_bytes
+            memcpy(slot + head + <size_t>j * q, input + send_at[j], b if b < q else q)
+    err = shm_barrier(a)
+    if err:
+        return err
+    recv_splits.resize(L)
+    recv_from.resize(L)
+    at.resize(L)
+    for r in range(L):          # a peer's splits are checked before they size anything
+        row = <int64_t*>shm_slot(a, r, p)
+        sent = 0
+        for j in range(L):
+            v = row[j]
+            if v < 0 or (row_bytes and <uint64_t>v > <uint64_t>INT64_MAX // row_bytes):
+                return HV_ERR_COUNT
+            b = <size_t>v * row_bytes
+            if sent + b > <uint64_t>INT64_MAX:
+                return HV_ERR_COUNT
+            if j == a.me:
+                recv_from[r] = b
+            sent += b
+            most = b if b > most else most
+        recv_splits[0][r] = row[a.me]
+        at[r] = <size_t>got
+        got += recv_from[r]
+        if got > <uint64_t>INT64_MAX:
+            return HV_ERR_COUNT
+    out = <char*>malloc(<size_t>got + 1)
+    result[0] = out
+    if out != NULL:
+        for r in range(L):
+            b = recv_from[r]
+            memcpy(out + at[r], shm_slot(a, r, p) + head + <size_t>a.me * q, b if b < q else q)
+    off = q
+    while off < most:           # every round's barrier even without a result: none is left waiting
+        p = (a.epoch + 1) & 1
+        slot = shm_slot(a, a.me, p)
+        for j in range(L):
+            b = <size_t>splits[j] * row_bytes
+            if off < b:
+                n = b - off
+                memcpy(slot + head + <size_t>j * q, input + send_at[j] + off, n if n < q else q)
+        err = shm_barrier(a)
+        if err:
+            return err
+        if out != NULL:
+            for r in range(L):
+                b = recv_from[r]
+                if off < b:
+                    n = b - off
+                    memcpy(out + at[r] + off, shm_slot(a, r, p) + head + <size_t>a.me * q,
+                           n if n < q else q)
+        off += q
+    return 0 if out != NULL else nomem(<size_t>got + 1)

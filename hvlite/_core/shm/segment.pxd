@@ -63,6 +63,11 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
 # the next barrier and read after it.
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil
 cdef int shm_barrier(ShmArea* a) noexcept nogil
+# dst = slot_0 op ... op slot_{L-1} over elements [offset, offset + count) of a parity's slots,
+# this rank's part read from `own` instead (when not NULL), divided by divisor when > 1; chunk by
+# chunk in L1.
+cdef void shm_reduce_slots(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
+                           const char* own, char* dst, long divisor) noexcept nogil
 # A batch's elements [a, b) between its pieces and a contiguous buffer: inputs gathered into dst
 # (the op's identity where a piece has none), or src scattered into the outputs (with `stream`,
 # non-temporal stores into outputs that are not their inputs).

@@ -119,6 +119,11 @@ cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil:
     return _slot(a, r, parity)
 
 
+cdef void shm_reduce_slots(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
+                           const char* own, char* dst, long divisor) noexcept nogil:
+    _reduce(a, parity, offset, count, dtype, op, own, dst, NULL, divisor)
+
+
 cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
                      int op) noexcept nogil:
     _gather(p, np, a, b, dst, dtype, op)
