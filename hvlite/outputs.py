@@ -9,6 +9,8 @@ overwritten. Only names that come back are kept (a name's result is kept from it
 on: names used once, such as one per step, never hold memory here), and only the caller's own
 names (automatic names are recycled for other calls). Small arrays come from the heap without
 page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
+Allgather and alltoall take theirs by shape (take_shaped): the core writes the result there when
+it has exactly that size (every rank sent as many rows), else allocates it as before.
 The arrays it keeps come from `allocate(nbytes)` when given (the node's shared output arena,
 _core/shm/arena.pyx: the peers write results into them without the kernel), else from NumPy.
 """
@@ -31,32 +33,45 @@ class OutputPool:
         self.seen = OrderedDict()
         self.allocate = allocate
 
-    def _new(self, like):
-        block = self.allocate(like.nbytes) if self.allocate is not None else None
+    def _new(self, shape, dtype, nbytes):
+        block = self.allocate(nbytes) if self.allocate is not None else None
         if block is None:
-            return np.empty_like(like)
-        return np.frombuffer(block, like.dtype, like.size).reshape(like.shape)
+            return np.empty(shape, dtype)
+        return np.frombuffer(block, dtype, nbytes // dtype.itemsize).reshape(shape)
 
     def take(self, name, like, keep=True):
         """An uninitialized array shaped and typed like `like`, for the result of `name`
         (`keep`: False for a name that is not the caller's own)."""
         if like.nbytes < MIN_BYTES or not keep:
             return np.empty_like(like)
+        return self._take(name, like.shape, like.dtype, like.nbytes)
+
+    def take_shaped(self, name, shape, dtype, keep=True):
+        """As take() for an array of `shape` and `dtype`; None below MIN_BYTES or for a name
+        not kept (the core's own allocation is as cheap there)."""
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d
+        if nbytes < MIN_BYTES or not keep:
+            return None
+        return self._take(name, shape, dtype, nbytes)
+
+    def _take(self, name, shape, dtype, nbytes):
         prev = self.arrays.pop(name, None)
         if prev is not None:
             self.nbytes -= prev.nbytes
             # held by `prev` and getrefcount's argument only: nobody else can see it
-            if prev.shape == like.shape and prev.dtype == like.dtype and sys.getrefcount(prev) == 2:
+            if prev.shape == shape and prev.dtype == dtype and sys.getrefcount(prev) == 2:
                 out = prev
             else:
-                out = self._new(like)
+                out = self._new(shape, dtype, nbytes)
         elif name not in self.seen:         # perhaps never again: remember the name only
             self.seen[name] = None
             if len(self.seen) > MAX_NAMES:
                 self.seen.popitem(last=False)
-            return np.empty_like(like)
+            return np.empty(shape, dtype)
         else:
-            out = self._new(like)
+            out = self._new(shape, dtype, nbytes)
         self.arrays[name] = out
         self.nbytes += out.nbytes
         while self.nbytes > MAX_BYTES and len(self.arrays) > 1:

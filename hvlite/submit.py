@@ -10,6 +10,7 @@ import numpy as np
 
 from hvlite import runtime
 from hvlite.process_sets import AUTO_MARK, global_process_set, state_of
+from hvlite.outputs import MIN_BYTES
 from hvlite.config import ALGORITHMS
 from hvlite._core import codes as _codes
 from hvlite._core.submission import Submission
@@ -357,8 +358,9 @@ def allgather_now(x, name, process_set):
     if code is None or x.ndim == 0:
         return None
     st = runtime.current().global_state
-    return _now(st, name or st.auto_name("allgather"), ALLGATHER, code, 0, 0, 0, x, None,
-                _gathered(x))
+    name = name or st.auto_name("allgather")
+    out = _pooled(st, name, x, x.shape[0] * st.size, x.nbytes * st.size)
+    return _now(st, name, ALLGATHER, code, 0, 0, 0, x, out, _gathered(x, out))
 
 
 def _block_rows(rows, size, rank):
@@ -366,9 +368,20 @@ def _block_rows(rows, size, rank):
     return rows // size + (1 if rank < rows % size else 0)
 
 
-def _gathered(x):
-    """finish() of a collective whose result is rows like x's, as many as every rank's sum."""
-    return lambda p: _rows(p.take_result(), x.dtype, x.shape[1:], p.result_total)
+def _pooled(st, name, x, rows, nbytes):
+    """A pooled array for a result of `rows` rows like x's, `nbytes` long (what every rank
+    sending as many rows gives), or None; the core writes there only when the result has
+    exactly its size."""
+    if nbytes < MIN_BYTES:          # the heap serves small results without page faults
+        return None
+    return st.outputs.take_shaped(name, (rows,) + x.shape[1:], x.dtype, keep=AUTO_MARK not in name)
+
+
+def _gathered(x, out):
+    """finish() of a collective whose result is rows like x's, as many as every rank's sum:
+    `out` when the core wrote it there."""
+    return lambda p: out if p.result_given else _rows(p.take_result(), x.dtype, x.shape[1:],
+                                                        p.result_total)
 
 
 def reducescatter_now(x, op, name, process_set):
@@ -394,8 +407,9 @@ def alltoall_now(x, splits, name, process_set):
     st = runtime.current().global_state
     if x.shape[0] % st.size:
         return None
-    return _now(st, name or st.auto_name("alltoall"), ALLTOALL, code, 0, 0, 0, x, None,
-                _gathered(x))
+    name = name or st.auto_name("alltoall")
+    out = _pooled(st, name, x, x.shape[0], x.nbytes)
+    return _now(st, name, ALLTOALL, code, 0, 0, 0, x, out, _gathered(x, out))
 
 
 def barrier_now(process_set):

@@ -92,3 +92,20 @@ def test_the_pool_is_bounded(monkeypatch):
         pool.take(f"n{i}", BIG)
         pool.take(f"n{i}", BIG)
     assert pool.nbytes <= 3 * BIG.nbytes and list(pool.arrays) == ["n7", "n8", "n9"]
+
+
+def test_shaped_takes_are_pooled_like_the_others():
+    # allgather and alltoall: the pool is asked by shape; None where the core allocates itself
+    pool = OutputPool()
+    f32 = np.dtype(np.float32)
+    assert pool.take_shaped("g", (10, 3), f32) is None                # small
+    assert pool.take_shaped("g", (1 << 15,), f32, keep=False) is None  # not the caller's name
+    first = pool.take_shaped("g", (1 << 14, 2), f32)                   # the first call keeps nothing
+    assert first.shape == (1 << 14, 2) and first.dtype == f32 and not pool.arrays
+    kept = pool.take_shaped("g", (1 << 14, 2), f32)
+    ref = weakref.ref(kept)
+    del kept
+    assert pool.take_shaped("g", (1 << 14, 2), f32) is ref()
+    held = pool.take_shaped("g", (1 << 14, 2), f32)                    # still held: a new one
+    assert held is not pool.take_shaped("g", (1 << 14, 2), f32)
+    assert pool.take_shaped("g", (1 << 13, 2), f32).shape == (1 << 13, 2)

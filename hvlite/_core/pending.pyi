@@ -12,6 +12,7 @@ class Pending:
     value: int
     result_splits: list[int]
     result_total: int
+    result_given: bool
     result_rows: int
     def release(self) -> None: ...
     def poll(self) -> bool: ...

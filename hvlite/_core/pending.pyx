@@ -105,6 +105,11 @@ cdef class Pending:
         return [self.req.result_splits[i] for i in range(self.req.result_splits.size())]
 
     @property
+    def result_given(self):
+        """The allgather / alltoall result was written into the output array passed in."""
+        return self.req.result_given
+
+    @property
     def result_total(self):
         """Rows of an allgather's or alltoall's result: the sum of result_splits (rows of zero
         bytes leave no other trace), without building the list."""

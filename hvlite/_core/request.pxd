@@ -26,6 +26,8 @@ cdef cppclass Request:
     Meta meta
     char* input                 # contiguous input (may equal output for in-place)
     char* output                # preallocated output, or NULL when the coordinator allocates it
+    size_t output_bytes         # allgather / alltoall: output's size; the result goes there when
+                                # it is exactly that long (a pooled array), else into `result`
     vector[int64_t] splits      # alltoall: rows sent to each rank (empty: equal split)
     double submitted            # hv_now() at submit
     int status
@@ -34,6 +36,7 @@ cdef cppclass Request:
     string error
     # results the coordinator produces
     char* result                # malloc'd (allgather / alltoall output); the Python side owns it after
+    bint result_given           # the allgather / alltoall result was written into output instead
     int64_t result_rows
     vector[int64_t] result_splits
     int64_t value               # join: the last rank to join

@@ -49,6 +49,9 @@ cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp
     req.meta.error = s.error.encode() if s.error else b""
     req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
     req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
+    req.output_bytes = <size_t>cnp.PyArray_NBYTES(out) if out is not None else 0
+    req.result = NULL
+    req.result_given = False
     req.meta.apart = req.output != NULL and req.output != req.input
     req.splits = splits
     req.status = ST_PENDING

@@ -191,6 +191,41 @@ def test_alltoall_through_the_segment(nbytes):
     assert_everywhere(failures)
 
 
+def test_large_gathered_results_are_reused_only_when_nobody_holds_them():
+    """allgather and alltoall write a name's result into its pooled array from the third call
+    on (hvlite/outputs.py): a result the caller still holds is never overwritten, and a call
+    whose rows differ from the pooled array's gets a new one of the right size."""
+    failures = []
+    rows = (1 << 16) // 4 // N * N + N          # past the pool's 64 KiB, divisible by N
+    for kind in ("allgather", "alltoall"):
+        held = []
+        for step in range(6):
+            mine = rows + (RANK * 3 if step == 4 else 0)     # step 4: rows differ by rank
+            x = np.full((mine, 1), step * 100 + RANK, np.float32)
+            if kind == "allgather":
+                got = hvd.allgather(x, name="pool.ag")
+                want = np.concatenate([np.full((rows + (r * 3 if step == 4 else 0), 1),
+                                               step * 100 + r, np.float32) for r in range(N)])
+            elif step == 4:
+                splits = [mine // N] * (N - 1) + [mine - mine // N * (N - 1)]
+                got, _ = hvd.alltoall(x, splits=splits, name="pool.aa")
+                want = np.concatenate([np.full(((rows + r * 3) // N if RANK < N - 1 else
+                                                rows + r * 3 - (rows + r * 3) // N * (N - 1), 1),
+                                               step * 100 + r, np.float32) for r in range(N)])
+            else:
+                got = hvd.alltoall(x, name="pool.aa")
+                want = np.concatenate([np.full((rows // N, 1), step * 100 + r, np.float32)
+                                       for r in range(N)])
+            if got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(f"{kind} step {step}: {got.shape} differs from {want.shape}")
+            if step % 2:
+                held.append((step, got, want))          # kept: must never change
+        for step, got, want in held:
+            if not np.array_equal(got, want):
+                failures.append(f"{kind}: the result of step {step}, still held, was overwritten")
+    assert_everywhere(failures)
+
+
 def test_direct_reads_give_every_rank_the_same_bits():
     """Reading the peers' buffers directly (the default on one node, where the kernel allows
     it): floats whose sum depends on the order come out bit for bit the same on every rank and

@@ -7,7 +7,7 @@ import test_layers
 CORE = "hvlite._core"
 # Bottom-up. A module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("vocabulary", ["codes", "dtypes", "sync", "request", "liveness", "trace"]),
+    ("vocabulary", ["codes", "dtypes", "sync", "request", "liveness", "trace", "memory"]),
     ("kernels", ["kernels"]),
     ("algorithms", ["algorithms"]),
     ("shm", ["shm"]),

@@ -6,7 +6,8 @@ cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t ro
                        char** result, int64_t* total_rows) noexcept nogil
 cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexcept nogil
 cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vector[int64_t]& splits,
-                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
+                      size_t into_bytes) noexcept nogil
 cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64_t rows,
                            size_t row_elems, int dtype, int op) noexcept nogil
 cdef int64_t reducescatter_rows(int64_t rows, int size, int rank) noexcept nogil

@@ -12,6 +12,7 @@ from libc.limits cimport INT_MAX
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
+from hvlite._core.memory cimport result_into
 from hvlite._core.kernels.reduce cimport kernel_op, finish_op
 from hvlite._core.algorithms.mpiref cimport ensure_half_ops, mpi_type, mpi_op
 from hvlite._core.request cimport *
@@ -50,12 +51,12 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
 cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows) noexcept nogil:
     cdef vector[int64_t] all_rows
-    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows, False)
+    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows, False, NULL, 0)
 
 
 cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
                     char** result, int64_t* total_rows, vector[int64_t]& all_rows,
-                    bint same_rows) noexcept nogil:
+                    bint same_rows, char* into, size_t into_bytes) noexcept nogil:
     """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace).
     `same_rows`: every rank is known to hold as many rows as this one (a response-cache hit
     everywhere), so the counts need no exchange."""
@@ -79,7 +80,7 @@ cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_b
     err = _counts(all_rows, row_bytes, counts, displs)
     if err:
         return err
-    result[0] = <char*>malloc(total_rows[0] * row_bytes + 1)
+    result[0] = result_into(into, into_bytes, total_rows[0] * row_bytes)
     if result[0] == NULL:
         return nomem(total_rows[0] * row_bytes + 1)
     return _wait(MPI_Iallgatherv(<void*>input, <int>(rows * row_bytes), MPI_BYTE, result[0],
@@ -100,7 +101,8 @@ cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexce
 
 
 cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vector[int64_t]& splits,
-                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
+                      size_t into_bytes) noexcept nogil:
     """`rows`: this rank's first dimension; splits that do not add up to it (they reached the
     core past the Python checks) are refused on every rank, before any row is read."""
     cdef int n = 0, err
@@ -137,7 +139,7 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vect
         return err
     if anybad:
         return HV_ERR_COUNT
-    result[0] = <char*>malloc(total * row_bytes + 1)
+    result[0] = result_into(into, into_bytes, total * row_bytes)
     if result[0] == NULL:
         return nomem(total * row_bytes + 1)
     return _wait(MPI_Ialltoallv(<void*>input, scounts.data(), sdispls.data(), MPI_BYTE,
@@ -196,15 +198,17 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
             rows = req.meta.shape[0] if req.meta.shape.size() else 1
             if node != NULL:
                 err = shm_allgather(node, req.input, rows, row_bytes, &req.result,
-                                    &req.result_rows, req.result_splits, it.hit)
+                                    &req.result_rows, req.result_splits, it.hit, req.output,
+                                    req.output_bytes)
             else:
                 err = _allgather(comm, req.input, rows, row_bytes, &req.result,
-                                 &req.result_rows, req.result_splits, it.hit)
+                                 &req.result_rows, req.result_splits, it.hit, req.output,
+                                 req.output_bytes)
             req.result_rows *= <int64_t>row_bytes
         else:
             tmp = NULL
             if node != NULL:
-                err = shm_allgather(node, NULL, 0, row_bytes, &tmp, &rows, splits, False)
+                err = shm_allgather(node, NULL, 0, row_bytes, &tmp, &rows, splits, False, NULL, 0)
             else:
                 err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
             free(tmp)
@@ -230,10 +234,10 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
             splits.assign(size, rows // size)
         if node != NULL and shm_alltoall_part(node) > 0:
             err = shm_alltoall(node, req.input, rows, splits, row_bytes, &req.result,
-                               &req.result_splits)
+                               &req.result_splits, req.output, req.output_bytes)
         else:
             err = run_alltoall(comm, req.input, rows, splits, row_bytes, &req.result,
-                               &req.result_splits)
+                               &req.result_splits, req.output, req.output_bytes)
         rows = 0
         for s in req.result_splits:
             rows += s
@@ -249,4 +253,7 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
                                     it.meta.dtype, it.meta.op)
     elif c == C_JOIN and req != NULL:
         req.value = it.value
+    if req != NULL and req.output != NULL and req.result == req.output:
+        req.result = NULL           # the caller's own array, written in place: never freed here
+        req.result_given = True
     return err

@@ -2,14 +2,16 @@ from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 from hvlite._core.shm.segment cimport ShmArea
 
-# Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost.
+# Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost. allgather
+# and alltoall write their result into `into` when it is exactly into_bytes long (memory.pxd).
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil
 cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows, vector[int64_t]& all_rows,
-                       bint same_rows) noexcept nogil
+                       bint same_rows, char* into, size_t into_bytes) noexcept nogil
 # Bytes of each destination's part one round of shm_alltoall carries; 0: not through the segment.
 cdef size_t shm_alltoall_part(ShmArea* a) noexcept nogil
 # This rank's `rows` rows in `splits` parts, part j to rank j (mpi_collectives' alltoall); the result
 # allocated here at its final size, recv_splits[r] the rows rank r sent here.
 cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
-                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
+                      size_t into_bytes) noexcept nogil

@@ -9,7 +9,7 @@ Used only when the whole set is one node with a segment (the coordinator decides
 every rank).
 """
 # distutils: language = c++
-from libc.stdlib cimport malloc
+from hvlite._core.memory cimport result_into
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
@@ -40,7 +40,7 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
 
 cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows, vector[int64_t]& all_rows,
-                       bint same_rows) noexcept nogil:
+                       bint same_rows, char* into, size_t into_bytes) noexcept nogil:
     """Every rank's rows, in rank order, into a result allocated here at its final size
     (mpi_collectives' allgather, through the segment). The counts always go through the
     segment: `same_rows` is this rank's belief, and a rank that has joined holds none while the
@@ -72,7 +72,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         total_rows[0] += all_rows[r]
         b = <size_t>all_rows[r] * row_bytes
         most = b if b > most else most
-    out = <char*>malloc(<size_t>total_rows[0] * row_bytes + 1)
+    out = result_into(into, into_bytes, <size_t>total_rows[0] * row_bytes)
     result[0] = out
     if most <= room:            # every rank's rows came with its count
         if out == NULL:
@@ -107,7 +107,8 @@ cdef size_t shm_alltoall_part(ShmArea* a) noexcept nogil:
 
 
 cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
-                      size_t row_bytes, char** result, vector[int64_t]* recv_splits) noexcept nogil:
+                      size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
+                      size_t into_bytes) noexcept nogil:
     """mpi_collectives' alltoall through the segment. A slot holds this rank's splits, then one
     part per destination rank: round i carries bytes [i*q, (i+1)*q) of each part (q from
     shm_alltoall_part), and the first round travels with the splits: in equal parts up to q
@@ -167,7 +168,7 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
         got += recv_from[r]
         if got > <uint64_t>INT64_MAX:
             return HV_ERR_COUNT
-    out = <char*>malloc(<size_t>got + 1)
+    out = result_into(into, into_bytes, <size_t>got)
     result[0] = out
     if out != NULL:
         for r in range(L):
