@@ -20,7 +20,8 @@ from hvlite._core.codes cimport *
 from hvlite._core.request cimport Item, item_count
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.shm.segment cimport ShmArea
-from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather, shm_alltoall, shm_alltoall_part
+from hvlite._core.shm.copy cimport (shm_broadcast, shm_allgather, shm_alltoall,
+                                   shm_alltoall_part, SHM_COPY_MAX)
 from hvlite._core.shm.reducescatter cimport shm_reducescatter
 
 
@@ -221,7 +222,7 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
             tmp = <char*>malloc(item_count(it.meta) * es + 1)
         if tmp == NULL:
             err = nomem(item_count(it.meta) * es + 1)
-        elif node != NULL:
+        elif node != NULL and item_count(it.meta) * es < SHM_COPY_MAX:
             err = shm_broadcast(node, tmp, item_count(it.meta) * es, it.meta.root)
         else:
             err = run_broadcast(comm, tmp, item_count(it.meta) * es, it.meta.root)

@@ -2,6 +2,13 @@ from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 from hvlite._core.shm.segment cimport ShmArea
 
+# From this many bytes a broadcast is faster through MPI_Bcast than in two copies through the
+# slots (MPICH, 2 ranks: 8 MiB took 1.7-2.0x MPI_Bcast's time, 16 MiB 1.25x; from 4 MiB they are
+# level, docs/benchmarks.md). allgather and alltoall stay on the segment at every size: through
+# hvlite's MPI path (MPI_Iallgatherv, MPI_Ialltoallv) 16-64 MiB took 1.3-1.5x longer.
+cdef enum:
+    SHM_COPY_MAX = 4 << 20
+
 # Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost. allgather
 # and alltoall write their result into `into` when it is exactly into_bytes long (memory.pxd).
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil

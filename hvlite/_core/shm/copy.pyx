@@ -6,7 +6,7 @@ barrier and two memcpys where MPI's calls cost a message round trip and a copy t
 (4 KiB at 2 ranks: the segment's round is about a microsecond). Large buffers go through in
 segments, alternating slot parities, so the next segment is copied in while the last is read.
 Used only when the whole set is one node with a segment (the coordinator decides, the same on
-every rank).
+every rank); a broadcast only below SHM_COPY_MAX bytes (copy.pxd).
 """
 # distutils: language = c++
 from hvlite._core.memory cimport result_into
