@@ -92,8 +92,7 @@ SEG = INFO["segment_bytes"] or (1 << 20)
 @pytest.mark.parametrize("nbytes", [0, 1, 4096, SEG - 1, SEG + 1, 3 * SEG + 5, 5 << 20])
 def test_broadcast_and_allgather_through_the_segment(nbytes):
     """One node: broadcast and allgather copy through the segment, segment by segment (sizes
-    around the segment's edge); rows differ by rank, so the counts are exchanged too. From
-    4 MiB (shm/copy.pxd) broadcast hands over to MPI's call, every rank alike."""
+    around the segment's edge); rows differ by rank, so the counts are exchanged too."""
     failures = []
     for root in range(N):
         x = (np.arange(nbytes, dtype=np.uint8) * (root + 3)) if RANK == root else \
@@ -110,6 +109,20 @@ def test_broadcast_and_allgather_through_the_segment(nbytes):
                                for r in range(N)])
         if got.shape != want.shape or not np.array_equal(got, want):
             failures.append(f"allgather of rows {rows} (step {step}): {got.shape} != {want.shape}")
+    assert_everywhere(failures)
+
+
+def test_large_broadcasts_hand_over_to_mpi():
+    """From 16 MiB (SHM_COPY_MAX, shm/copy.pxd) a broadcast goes through MPI_Bcast, every rank
+    alike: just past it, from every root."""
+    failures = []
+    nbytes = (16 << 20) + 12
+    for root in range(N):
+        x = (np.arange(nbytes // 4, dtype=np.int32) * (root + 3)) if RANK == root else \
+            np.zeros(nbytes // 4, np.int32)
+        got = hvd.broadcast(x, root_rank=root, name="shm.b.large")
+        if not np.array_equal(got, np.arange(nbytes // 4, dtype=np.int32) * (root + 3)):
+            failures.append(f"broadcast of {nbytes} B from {root}: differs")
     assert_everywhere(failures)
 
 

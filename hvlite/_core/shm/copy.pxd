@@ -3,11 +3,12 @@ from libcpp.vector cimport vector
 from hvlite._core.shm.segment cimport ShmArea
 
 # From this many bytes a broadcast is faster through MPI_Bcast than in two copies through the
-# slots (MPICH, 2 ranks: 8 MiB took 1.7-2.0x MPI_Bcast's time, 16 MiB 1.25x; from 4 MiB they are
-# level, docs/benchmarks.md). allgather and alltoall stay on the segment at every size: through
+# slots (MPICH, 2 ranks, × MPI_Bcast's own time: through the slots 0.62 at 4 MiB, 0.83-0.85 at
+# 8, 1.36-1.67 at 16, 1.10-1.18 at 64; through hvlite's MPI path 1.02-1.16 at each;
+# docs/benchmarks.md). allgather and alltoall stay on the segment at every size: through
 # hvlite's MPI path (MPI_Iallgatherv, MPI_Ialltoallv) 16-64 MiB took 1.3-1.5x longer.
 cdef enum:
-    SHM_COPY_MAX = 4 << 20
+    SHM_COPY_MAX = 16 << 20
 
 # Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost. allgather
 # and alltoall write their result into `into` when it is exactly into_bytes long (memory.pxd).
