@@ -61,6 +61,21 @@ cdef cppclass Item:
     bint hit             # from the response cache on every rank (so every rank's metadata, first
                          # dimension included, equals the slot's)
 
+# Whether alltoall's splits send exactly a rank's `rows` rows to its n peers: n counts, none
+# negative, adding up to rows (in 64 bits, no wrap). Splits reach the core checked by Python,
+# but one submitted past those checks must not make the core read past its input.
+cdef inline bint splits_fit(const vector[int64_t]& splits, size_t n, int64_t rows) noexcept nogil:
+    cdef int64_t left = rows
+    cdef size_t j
+    if splits.size() != n or rows < 0:
+        return False
+    for j in range(n):
+        if splits[j] < 0 or splits[j] > left:
+            return False
+        left -= splits[j]
+    return left == 0
+
+
 # Elements of a tensor of this metadata (the product of its shape).
 cdef inline size_t item_count(const Meta& m) noexcept nogil:
     cdef size_t n = 1, i

@@ -1,6 +1,6 @@
 """Rank side (a plain script) of the lost-rank and stall matrix. Every rank runs a stream of
-all-reduces (FAULT_SIZE elements of float32, named, synchronous; FAULT_COLLECTIVE=broadcast or
-allgather for a stream of those instead); at step FAULT_STEP the victim
+all-reduces (FAULT_SIZE elements of float32, named, synchronous; FAULT_COLLECTIVE=broadcast,
+allgather, reducescatter or alltoall for a stream of those instead); at step FAULT_STEP the victim
 rank (FAULT_VICTIM) goes away as FAULT_HOW says:
 
   sigkill / exit3 / exit0   SIGKILL itself, os._exit(3), os._exit(0)
@@ -109,6 +109,10 @@ try:
             hvd.broadcast_(x, root_rank=step % N, name=f"step.{step}")
         elif COLLECTIVE == "allgather":
             hvd.allgather(x, name=f"step.{step}")
+        elif COLLECTIVE == "reducescatter":
+            hvd.reducescatter(x, op=hvd.Sum, name=f"step.{step}")
+        elif COLLECTIVE == "alltoall":
+            hvd.alltoall(x[:x.size // N * N], name=f"step.{step}")
         else:
             hvd.allreduce(x, op=hvd.Sum, name=f"step.{step}")
         if step > STEP + 2000:

@@ -130,12 +130,14 @@ def test_only_the_stopped_rank_is_named_when_the_survivors_fall_silent_too(tmp_p
     check_lost("sigstop", 3, "last", "64MiB", tmp_path, {"HVLITE_ALLREDUCE_ALGORITHM": "ring"})
 
 
-@pytest.mark.parametrize("collective", ["broadcast", "allgather"])
+@pytest.mark.parametrize("collective", ["broadcast", "allgather", "reducescatter", "alltoall"])
 @pytest.mark.parametrize("how", ["sigstop", "sigkill"])
 def test_lost_rank_in_a_copy_through_the_segment(how, collective, tmp_path):
-    """Broadcast and allgather go through the node's shared segment (flag barriers, no MPI
-    message): a rank stopped or killed in a stream of 64 MiB ones is named by the others."""
-    check_lost(how, 3, "last", "64MiB", tmp_path, {"FAULT_COLLECTIVE": collective})
+    """Broadcast (below 16 MiB), allgather, reducescatter and alltoall go through the node's
+    shared segment (flag barriers, no MPI message): a rank stopped or killed in a stream of
+    64 MiB ones (broadcasts of 4 MiB, which stay on the segment) is named by the others."""
+    extra = {"FAULT_SIZE": str(1 << 20)} if collective == "broadcast" else {}
+    check_lost(how, 3, "last", "64MiB", tmp_path, {"FAULT_COLLECTIVE": collective, **extra})
 
 
 @pytest.mark.faults_matrix

@@ -20,8 +20,7 @@ from hvlite._core.codes cimport *
 from hvlite._core.request cimport Item, item_count
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.shm.segment cimport ShmArea
-from hvlite._core.shm.copy cimport (shm_broadcast, shm_allgather, shm_alltoall,
-                                   shm_alltoall_part, SHM_COPY_MAX)
+from hvlite._core.shm.copy cimport shm_broadcast, shm_allgather, shm_alltoall, SHM_COPY_MAX
 from hvlite._core.shm.reducescatter cimport shm_reducescatter
 
 
@@ -109,10 +108,9 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vect
     cdef int n = 0, err
     cdef size_t i
     cdef int64_t total = 0
-    cdef uint64_t sent = 0
     MPI_Comm_size(comm, &n)
     cdef vector[int64_t] send = splits
-    if send.size() != <size_t>n:
+    if not splits_fit(splits, <size_t>n, rows):
         send.assign(n, -1)      # refused below, on every rank, after the counts' exchange
     cdef vector[int] scounts, sdispls, rcounts, rdispls
     cdef MPI_Request req
@@ -123,13 +121,6 @@ cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vect
         return err
     cdef int bad = 0, anybad = 0
     if _counts(send, row_bytes, scounts, sdispls) or _counts(recv_splits[0], row_bytes, rcounts, rdispls):
-        bad = 1
-    for i in range(<size_t>n if not bad else 0):    # each non-negative (above): no wrap
-        if send[i] > rows or sent + <uint64_t>send[i] > <uint64_t>rows:
-            bad = 1
-            break
-        sent += <uint64_t>send[i]
-    if sent != <uint64_t>rows:
         bad = 1
     for i in range(<size_t>n if not bad else 0):    # each count checked above: no wrap
         total += recv_splits[0][i]
@@ -233,10 +224,11 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
         rows = req.meta.shape[0] if req.meta.shape.size() else 1
         if splits.empty():
             splits.assign(size, rows // size)
-        if node != NULL and shm_alltoall_part(node) > 0:
+        err = HV_ERR_SHM
+        if node != NULL:
             err = shm_alltoall(node, req.input, rows, splits, row_bytes, &req.result,
                                &req.result_splits, req.output, req.output_bytes)
-        else:
+        if err == HV_ERR_SHM:
             err = run_alltoall(comm, req.input, rows, splits, row_bytes, &req.result,
                                &req.result_splits, req.output, req.output_bytes)
         rows = 0

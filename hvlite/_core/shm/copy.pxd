@@ -16,10 +16,9 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
 cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows, vector[int64_t]& all_rows,
                        bint same_rows, char* into, size_t into_bytes) noexcept nogil
-# Bytes of each destination's part one round of shm_alltoall carries; 0: not through the segment.
-cdef size_t shm_alltoall_part(ShmArea* a) noexcept nogil
 # This rank's `rows` rows in `splits` parts, part j to rank j (mpi_collectives' alltoall); the result
-# allocated here at its final size, recv_splits[r] the rows rank r sent here.
+# allocated here at its final size, recv_splits[r] the rows rank r sent here. HV_ERR_SHM (every
+# rank, before any exchange): the slots are too small for a part per rank; take MPI's path.
 cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
                       size_t into_bytes) noexcept nogil

@@ -14,7 +14,8 @@ from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
 from hvlite._core.shm.segment cimport ShmArea, shm_slot, shm_barrier
-from hvlite._core.codes cimport HV_ERR_COUNT, nomem
+from hvlite._core.codes cimport HV_ERR_COUNT, HV_ERR_SHM, nomem
+from hvlite._core.request cimport splits_fit
 
 cdef enum:
     HEAD = 64       # a slot's first line holds the count; rows that fit follow it
@@ -96,53 +97,66 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     return 0 if out != NULL else nomem(<size_t>total_rows[0] * row_bytes + 1)
 
 
-cdef size_t shm_alltoall_part(ShmArea* a) noexcept nogil:
-    """Bytes of each destination's part a round of shm_alltoall carries (0: the slot cannot
-    hold the header and a part for every rank; then MPI's path is taken, the same on every rank)."""
-    cdef size_t head = (<size_t>a.L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
-    if a.base == NULL or head >= a.seg:
-        return 0
-    cdef size_t q = (a.seg - head) // <size_t>a.L
-    return q // HEAD * HEAD if q >= HEAD else q
+cdef inline void _put_parts(char* slot, size_t head, size_t q, const char* input,
+                            const vector[size_t]& send_at, const vector[int64_t]& splits,
+                            size_t row_bytes, size_t off) noexcept nogil:
+    """Round `off` of every destination's part into this rank's slot: bytes [off, off + q)."""
+    cdef size_t j, b
+    for j in range(splits.size()):
+        b = <size_t>splits[j] * row_bytes
+        if off < b:
+            memcpy(slot + head + j * q, input + send_at[j] + off, b - off if b - off < q else q)
+
+
+cdef inline void _take_parts(ShmArea* a, int p, size_t head, size_t q, char* out,
+                             const vector[size_t]& at, const vector[size_t]& recv_from,
+                             size_t off) noexcept nogil:
+    """Round `off` of every rank's part for this one, from their slots into the result."""
+    cdef size_t b
+    cdef int r
+    for r in range(a.L):
+        b = recv_from[r]
+        if off < b:
+            memcpy(out + at[r] + off, shm_slot(a, r, p) + head + <size_t>a.me * q,
+                   b - off if b - off < q else q)
 
 
 cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
                       size_t into_bytes) noexcept nogil:
     """mpi_collectives' alltoall through the segment. A slot holds this rank's splits, then one
-    part per destination rank: round i carries bytes [i*q, (i+1)*q) of each part (q from
-    shm_alltoall_part), and the first round travels with the splits: in equal parts up to q
-    bytes a part, one barrier in all. Every rank reads every rank's splits, so every rank checks
-    all of them (non-negative, no 64-bit wrap), reaches the same verdict and runs the same number
-    of rounds. Splits this rank cannot send from its `rows` rows (they reached the core past the
-    Python checks) go out as -1s: every rank refuses them together, and nothing is read."""
+    part per destination rank: round i carries bytes [i*q, (i+1)*q) of each part, and the first
+    round travels with the splits: in equal parts up to q bytes a part, one barrier in all.
+    Every rank reads every rank's splits, so every rank checks all of them (non-negative, no
+    64-bit wrap), reaches the same verdict and runs the same number of rounds. Splits this rank
+    cannot send from its `rows` rows (splits_fit) go out as -1s: every rank refuses them
+    together, and nothing is read. HV_ERR_SHM, before any exchange and on every rank, where a
+    slot cannot hold the header and a part per rank (the caller takes MPI's path)."""
     cdef int L = a.L, r, j, p, err
     cdef size_t head = (<size_t>L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
-    cdef size_t q = shm_alltoall_part(a), most = 0, off, b, n
+    cdef size_t q = (a.seg - head) // <size_t>L if head < a.seg else 0
+    cdef size_t most = 0, off, b
     cdef uint64_t sent, got = 0
     cdef int64_t v
-    cdef bint ok = splits.size() == <size_t>L and rows >= 0
+    cdef bint ok = splits_fit(splits, <size_t>L, rows)
     cdef char* out = NULL
     cdef char* slot
     cdef vector[size_t] send_at, recv_from, at
     cdef int64_t* row
+    if q == 0:
+        return HV_ERR_SHM
+    q = q // HEAD * HEAD if q >= HEAD else q        # parts on their own cache lines
     send_at.resize(L)
-    sent = 0
+    off = 0
     for j in range(L if ok else 0):
-        v = splits[j]
-        if v < 0 or v > rows or sent + <uint64_t>v > <uint64_t>rows:
-            ok = False
-            break
-        send_at[j] = <size_t>sent * row_bytes
-        sent += <uint64_t>v
-    ok = ok and sent == <uint64_t>rows
+        send_at[j] = off
+        off += <size_t>splits[j] * row_bytes
     p = (a.epoch + 1) & 1
     slot = shm_slot(a, a.me, p)
     for j in range(L):
         (<int64_t*>slot)[j] = splits[j] if ok else -1
-        if ok:
-            b = <size_t>splits[j] * row_bytes
-            memcpy(slot + head + <size_t>j * q, input + send_at[j], b if b < q else q)
+    if ok:
+        _put_parts(slot, head, q, input, send_at, splits, row_bytes, 0)
     err = shm_barrier(a)
     if err:
         return err
@@ -170,28 +184,16 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
             return HV_ERR_COUNT
     out = result_into(into, into_bytes, <size_t>got)
     result[0] = out
-    if out != NULL:
-        for r in range(L):
-            b = recv_from[r]
-            memcpy(out + at[r], shm_slot(a, r, p) + head + <size_t>a.me * q, b if b < q else q)
-    off = q
-    while off < most:           # every round's barrier even without a result: none is left waiting
+    off = 0
+    while True:                 # every round's barrier even without a result: none is left waiting
+        if out != NULL:
+            _take_parts(a, p, head, q, out, at, recv_from, off)
+        off += q
+        if off >= most:
+            break
         p = (a.epoch + 1) & 1
-        slot = shm_slot(a, a.me, p)
-        for j in range(L):
-            b = <size_t>splits[j] * row_bytes
-            if off < b:
-                n = b - off
-                memcpy(slot + head + <size_t>j * q, input + send_at[j] + off, n if n < q else q)
+        _put_parts(shm_slot(a, a.me, p), head, q, input, send_at, splits, row_bytes, off)
         err = shm_barrier(a)
         if err:
             return err
-        if out != NULL:
-            for r in range(L):
-                b = recv_from[r]
-                if off < b:
-                    n = b - off
-                    memcpy(out + at[r] + off, shm_slot(a, r, p) + head + <size_t>a.me * q,
-                           n if n < q else q)
-        off += q
     return 0 if out != NULL else nomem(<size_t>got + 1)
