@@ -170,8 +170,10 @@ class Settings:
         True, "HVLITE_SHM_DIRECT",
         "On one node, the shm all-reduce reads the peers' inputs and writes their outputs "
         "directly (cross-memory attach, and the peers' shared output arenas) instead of "
-        "copying through the segment's slots, where the kernel allows it (tried at `init()`); "
-        "`0` always goes through the slots.")
+        "copying through the segment's slots, where the kernel allows it (tried at `init()`): "
+        "with `HVLITE_CALIBRATE` on, each size class measures both ways on its first calls and "
+        "keeps the faster ([architecture](architecture.md#shared-memory-within-a-node)), "
+        "else it always reads directly; `0` always goes through the slots.")
     shm_ptracer: bool = _setting(
         True, "HVLITE_SHM_PTRACER",
         "Where Yama's ptrace scope is 1 (siblings may not attach to each other), let the node's "

@@ -31,6 +31,11 @@
     X(ALG_AUTO, "auto") X(ALG_RING, "ring") X(ALG_RHD, "rhd") X(ALG_TREE, "tree") \
     X(ALG_HIERARCHICAL, "hierarchical") X(ALG_MPI, "mpi") X(ALG_RD, "rd") X(ALG_SHM, "shm")
 
+/* The two ways the shared segment all-reduces on one node (shm/segment.pyx through the slots,
+ * shm/cma.pyx straight from the peers' buffers): which is faster depends on the machine and on
+ * the buffers' pages, so each size class measures both on the job's calls (execute/dispatch.pyx). */
+#define HV_SHM_WAYS(X) X(WAY_SLOTS, "slots") X(WAY_DIRECT, "direct")
+
 /* How a request ended; codes.pyx maps each kind to its exception class. */
 #define HV_ERROR_KINDS(X) \
     X(E_NONE, "none") X(E_MISMATCH, "mismatch") X(E_SHUTDOWN, "shutdown") X(E_STALL, "stall") \
@@ -58,6 +63,7 @@ enum { HV_COLLECTIVES(HV_ENUM2) C_COUNT };
 enum { HV_DTYPES(HV_ENUM3) DT_COUNT };
 enum { HV_OPS(HV_ENUM2) OP_COUNT };
 enum { HV_ALGORITHMS(HV_ENUM2) ALG_COUNT };
+enum { HV_SHM_WAYS(HV_ENUM2) WAY_COUNT };
 enum { HV_ERROR_KINDS(HV_ENUM2) E_COUNT };
 enum { HV_OWN_ERRORS(HV_OWN_ENUM) HV_OWN_ERRORS_END = 0 };
 enum { ST_PENDING = 0, ST_DONE = 1, ST_ERROR = 2 };   /* a request's status */
@@ -67,6 +73,7 @@ static const char* const HV_DTYPE_NAMES[DT_COUNT] = { HV_DTYPES(HV_TEXT3) };
 static const size_t HV_DTYPE_SIZES[DT_COUNT] = { HV_DTYPES(HV_SIZE3) };
 static const char* const HV_OP_NAMES[OP_COUNT] = { HV_OPS(HV_TEXT2) };
 static const char* const HV_ALGORITHM_NAMES[ALG_COUNT] = { HV_ALGORITHMS(HV_TEXT2) };
+static const char* const HV_SHM_WAY_NAMES[WAY_COUNT] = { HV_SHM_WAYS(HV_TEXT2) };
 static const char* const HV_ERROR_KIND_NAMES[E_COUNT] = { HV_ERROR_KINDS(HV_TEXT2) };
 
 /* table[i], or `fallback` for a code outside it (a code from a peer is never trusted). */

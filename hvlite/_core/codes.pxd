@@ -10,6 +10,8 @@ cdef extern from "codes.h" nogil:
         OP_COUNT
         ALG_AUTO, ALG_RING, ALG_RHD, ALG_TREE, ALG_HIERARCHICAL, ALG_MPI, ALG_RD, ALG_SHM
         ALG_COUNT
+        WAY_SLOTS, WAY_DIRECT
+        WAY_COUNT
         E_NONE, E_MISMATCH, E_SHUTDOWN, E_STALL, E_MPI, E_INVALID, E_LOST, E_DUPLICATE, E_FAILED
         E_COUNT
         HV_ERR_NOMEM, HV_ERR_SHM, HV_ERR_COUNT, HV_ERR_TIMEOUT, HV_ERR_LOST, HV_ERR_DESYNC, HV_MISMATCH
@@ -19,6 +21,7 @@ cdef extern from "codes.h" nogil:
     const size_t HV_DTYPE_SIZES[]
     const char* const HV_OP_NAMES[]
     const char* const HV_ALGORITHM_NAMES[]
+    const char* const HV_SHM_WAY_NAMES[]
     const char* const HV_ERROR_KIND_NAMES[]
     const char* hv_name(const char* const* table, int count, int i, const char* fallback)
     const char* hv_own_error_text(int code)

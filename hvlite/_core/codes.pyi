@@ -10,6 +10,7 @@ DTYPES: Names
 DTYPE_SIZES: tuple[int, ...]
 OPS: Names
 ALGORITHMS: Names
+SHM_WAYS: Names
 ERROR_KINDS: Names
 OWN_ERRORS: dict[int, str]
 PENDING: int

@@ -309,6 +309,27 @@ cdef class Coordinator:
             hv_unlock(&self.rmon)
         return calibration_table(&snap, out_of_place)
 
+    def shm_ways(self, fused=False):
+        """Which way the shared segment took per size class where it measured both (through its
+        slots or straight from the peers' buffers), for single buffers or (fused) batches of
+        several tensors; the same table as calibration(). Read between rounds."""
+        cdef Calibration snap
+        with nogil:
+            hv_lock(&self.rmon)
+            snap = self.ctx.ways
+            hv_unlock(&self.rmon)
+        return calibration_table(&snap, fused)
+
+    def _scale_way(self, str way, double factor):
+        """Tests only: the segment's trials of `way` ("slots" or "direct") record factor x their
+        time from now on, as if that way were slower here."""
+        from hvlite._core.codes import SHM_WAYS
+        cdef int code = SHM_WAYS.code(way)
+        with nogil:
+            hv_lock(&self.rmon)
+            self.ctx.ways.scale, self.ctx.ways.scale_only = factor, code
+            hv_unlock(&self.rmon)
+
     def _scale_trials(self, double factor):
         """Tests only: auto's trials record factor x their time from now on (3: a calibration
         disturbed as a busy machine would, which the job's later calls must catch)."""
@@ -601,9 +622,9 @@ cdef class Coordinator:
         ready = hv_now()
         self.negotiate_seconds += ready - t0
         # after rank 0's gather and broadcast the ranks leave out of step: auto times nothing
-        self.ctx.cal.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS
+        self.ctx.cal.untimed = self.ctx.ways.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS
         self._run_ready(items, finish < 2, t0, ready)
-        self.ctx.cal.untimed = False
+        self.ctx.cal.untimed = self.ctx.ways.untimed = False
         if not self.failure.empty():
             self._die(E_FAILED, self.failure.c_str(), 0)
             return 1

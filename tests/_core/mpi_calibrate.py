@@ -17,6 +17,7 @@ N, RANK = hvd.size(), hvd.rank()
 RT = hvd._current()
 ON = os.environ.get("HVLITE_CALIBRATE", "1") != "0"
 SIZES = [100, 12345, 64 << 10, (1 << 20) + 4, 5 << 20]     # bytes, one per size class
+CALLS = 40      # per size: a miss, up to 8 candidates x 3 trials, the segment's ways 2 x 2 x 3
 
 
 def table(process_set_id=0):
@@ -64,6 +65,19 @@ def check_trials(nbytes, tried, entry, failures):
                         f"{model_pick(nbytes)}")
     calls, secs = entry["calls"], entry["seconds"]
     k, total = len(calls), sum(calls.values())
+    ways = RT.global_state.coordinator.shm_ways().get(class_of(nbytes))
+    if ways is not None and "shm" in calls:
+        # shm's first trial call measures the segment's two ways first (those calls untimed here),
+        # each trial after an untimed warm-up call of the same way
+        if ways["redos"]:
+            return
+        rest = tried[1:]
+        for _ in range(2 * sum(ways["calls"].values())):
+            if "shm" not in rest:
+                failures.append(f"{nbytes} B: the segment's trials {ways} but calls {tried}")
+                return
+            rest.remove("shm")
+        tried = tried[:1] + rest
     trials = tried[1:1 + total]
     if sorted(trials[:k]) != sorted(calls) or sorted(trials[k:2 * k]) != sorted(calls):
         failures.append(f"{nbytes} B: first passes {trials[:2 * k]} for candidates {calls}")
@@ -81,7 +95,7 @@ def check_trials(nbytes, tried, entry, failures):
 
 def test_each_class_tried_then_kept():
     failures = []
-    tried = {n: [ran(n, f"cal.{n}") for _ in range(20)] for n in SIZES}
+    tried = {n: [ran(n, f"cal.{n}") for _ in range(CALLS)] for n in SIZES}
     if ON:
         settle(SIZES, lambda n: ran(n, f"cal.{n}"))
     measured = table()
@@ -99,7 +113,7 @@ def test_each_class_tried_then_kept():
         cls = 1 << max(10, min(24, int(max(1, n // 4) * 4).bit_length() - 1))
         entry = measured.get(cls)
         if entry is None:
-            failures.append(f"{n} B: class {cls} not measured after 20 calls: {sorted(measured)}")
+            failures.append(f"{n} B: class {cls} not measured after {CALLS} calls: {sorted(measured)}")
         elif entry["seconds"] and entry["redos"] == 0:   # a lone candidate has no trials
             check_trials(n, tried[n], entry, failures)
         elif entry["seconds"]:      # measured again (calls unlike the trials): a valid pick
@@ -112,6 +126,51 @@ def test_each_class_tried_then_kept():
         print("calibration table: " + json.dumps(measured), flush=True)
     # picks and times are agreed (the slowest rank's): the same bits everywhere
     everyone = MPI.COMM_WORLD.allgather(table())
+    if any(t != everyone[0] for t in everyone):
+        failures.append(f"tables differ between ranks: {everyone}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.skipif(not ON or N < 2, reason="nothing to measure")
+def test_the_segment_keeps_the_faster_of_its_two_ways():
+    """On one node whose ranks read each other's buffers, each size class of the shared
+    segment's batches tries both of its ways (through the slots, straight from the peers'
+    buffers) on its first calls, for single buffers and fused batches apart, and keeps the
+    faster, the same on every rank: a way made 50x slower in its trials is not kept, whichever
+    it is, and every call's result is right."""
+    coord, failures = RT.global_state.coordinator, []
+    if not RT.shm_info.get("direct"):
+        assert coord.shm_ways() == {} and coord.shm_ways(True) == {}
+        pytest.skip(f"no direct reads here: {RT.shm_info}")
+
+    def single():       # 3 MiB (class 2 MiB): shm forced, so only the segment measures
+        x = np.full(3 << 18, RANK + 1, np.float32)
+        hvd.allreduce_(x, op=hvd.Sum, name="ways.single", algorithm="shm")
+        if not np.all(x == N * (N + 1) / 2):
+            failures.append(f"single: {x[:4]}")
+
+    def fused():        # 8 x 512 KiB in one batch (class 4 MiB)
+        xs = [np.full(1 << 17, RANK + 1 + i, np.float32) for i in range(8)]
+        hs = [hvd.allreduce_async_(x, op=hvd.Sum, name=f"ways.fused.{i}") for i, x in enumerate(xs)]
+        for i, (h, x) in enumerate(zip(hs, xs)):
+            hvd.synchronize(h)
+            if not np.all(x == N * (N + 1) / 2 + N * i):
+                failures.append(f"fused {i}: {x[:4]}")
+
+    for slow, call, is_fused, cls, kept in (("direct", single, False, 2 << 20, "slots"),
+                                            ("slots", fused, True, 4 << 20, "direct")):
+        coord._scale_way(slow, 50.0)
+        for _ in range(40):
+            if cls in coord.shm_ways(is_fused):
+                break
+            call()
+        coord._scale_way(slow, 1.0)
+        entry = coord.shm_ways(is_fused).get(cls)
+        if entry is None or entry["pick"] != kept or set(entry["calls"]) != {"slots", "direct"}:
+            failures.append(f"{'fused' if is_fused else 'single'} with {slow} slowed: {entry}")
+        for _ in range(10):         # the pick's confirming window
+            call()
+    everyone = MPI.COMM_WORLD.allgather((coord.shm_ways(), coord.shm_ways(True)))
     if any(t != everyone[0] for t in everyone):
         failures.append(f"tables differ between ranks: {everyone}")
     assert_everywhere(failures)

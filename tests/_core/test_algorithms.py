@@ -52,7 +52,9 @@ def test_buffers_over_two_to_the_31_elements(mpirun):
 
 @pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (4, {"HVLITE_SHM_SEGMENT_BYTES": "65536"}),
                                    (3, {"HVLITE_LOCAL_SIZE": "2"}), (2, {"HVLITE_SHM": "0"}),
-                                   (3, {"HVLITE_SHM_DIRECT": "0"})])
+                                   (3, {"HVLITE_SHM_DIRECT": "0"}),
+                                   # auto off: the segment always takes the direct way it can
+                                   (2, {"HVLITE_CALIBRATE": "0"})])
 def test_shm_segment_and_coordinator(mpirun, n, env):
     mpirun(n, "tests/_core/mpi_shm.py", env=env, timeout=240)
 

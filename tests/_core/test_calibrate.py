@@ -36,7 +36,7 @@ def test_debug_names_what_was_measured(mpirun):
     # naming the pick, each redo announced on its own line)
     said = {int(line.split("measured at ")[1].split()[0]): line.rsplit(" -> ", 1)[1].strip()
             for line in lines}
-    again = [line for line in out.splitlines() if "measuring again" in line]
+    again = [line for line in out.splitlines() if "measuring again" in line and "auto's" in line]
     redos = sum(e["redos"] for e in measured.values())
     assert len(lines) == len(measured) + redos and len(again) == redos, (lines, again, measured)
     assert said == {e["at_bytes"]: e["pick"] for e in measured.values()}, (lines, measured)

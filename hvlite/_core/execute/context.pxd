@@ -25,3 +25,5 @@ cdef struct Context:
     bint ptracer_held    # this context holds cma's ptracer (released in context_free)
     OutMap* outs         # then per node rank its output arena mapped here (shm/arena.pyx), or NULL
     Calibration cal      # auto's measured picks per size class (tuning/calibrate.pyx)
+    Calibration ways     # with direct_ok: per size class the segment's faster way, slots or
+                         # direct (upper classes: batches in pieces), measured the same way

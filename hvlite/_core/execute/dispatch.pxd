@@ -29,10 +29,11 @@ cdef int run_allreduce_from(Context* c, const char* input, char* buf, size_t cou
 cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors,
                     int dtype) noexcept nogil
 # Whether fused batches of `algorithm` go through the shared segment, and running one: each
-# piece's input reduced into its output, Average divided as above.
+# piece's input reduced into its output, Average divided as above (fused: a batch of several
+# tensors, the same on every rank; the segment measures its ways apart for those).
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
-                              int dtype, int op, long divisor) noexcept nogil
+                              int dtype, int op, long divisor, bint fused) noexcept nogil
 # options: (shm enabled, segment bytes, redundant-reduce limit, probe, calibrate: 0 off, 1 on,
 # 2 on and rank 0 prints what it measured)
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,

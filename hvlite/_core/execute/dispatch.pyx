@@ -24,7 +24,8 @@ from hvlite._core.tuning.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS,
                                      size_class, cal_init, cal_begin, cal_next, cal_kept, cal_done)
 from hvlite._core.shm.segment cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
-from hvlite._core.shm.cma cimport shm_direct_allreduce, direct_probe, ptracer_hold, ptracer_release, OutMap
+from hvlite._core.shm.cma cimport (shm_direct_allreduce, direct_probe, direct_worth, ptracer_hold,
+                                  ptracer_release, OutMap)
 
 cdef extern from "stdlib.h" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -75,6 +76,9 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     direct = options[5] if len(options) > 5 else True
     ptracer = options[6] if len(options) > 6 else True
     cal_init(&c.cal, calibrate > 0, calibrate > 1, nodes)
+    cal_init(&c.ways, calibrate > 0, calibrate > 1, nodes)
+    c.ways.names, c.ways.who, c.ways.apart_text = HV_SHM_WAY_NAMES, b"the shared segment", b" in pieces"
+    c.ways.warm = True
     if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
         redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
@@ -146,12 +150,15 @@ cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil
     return choose(<double>nbytes, c.size, c.nodes, c.local_size, c.uniform, c.shm_ok, &c.model)
 
 
+cdef str _cand_name(const Calibration* cal, int code):
+    return (<bytes>cal.names[code]).decode()
+
+
 cdef dict calibration_table(const Calibration* cal, bint apart=False):
-    """{class size in bytes: {"pick", "at_bytes", "seconds": {algorithm: s}, "calls": {algorithm:
+    """{class size in bytes: {"pick", "at_bytes", "seconds": {candidate: s}, "calls": {candidate:
     trial calls}, "confirmed": the pick's last confirmed s or None, "redos": times measured
     again}} for measured classes of calls in place (apart: of calls whose output is not their
-    input)."""
-    from hvlite._core.codes import ALGORITHMS as names
+    input; for the segment's ways, of fused batches). Candidates by name: algorithms, or ways."""
     out = {}
     cdef int k
     for j in range(CAL_CLASSES):
@@ -159,10 +166,10 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
         if cal.pick[k] < 0:
             continue
         out[1 << (j + CAL_LOW)] = {
-            "pick": names[cal.pick[k]], "at_bytes": int(cal.at_bytes[k]),
-            "seconds": {names[a]: cal.seconds[k][a] for a in range(ALG_COUNT)
-                        if cal.seconds[k][a] > 0},
-            "calls": {names[cal.cand[k][i]]: cal.ntrial[k][i] for i in range(cal.ncand[k])},
+            "pick": _cand_name(cal, cal.pick[k]), "at_bytes": int(cal.at_bytes[k]),
+            "seconds": {_cand_name(cal, cal.cand[k][i]): cal.seconds[k][cal.cand[k][i]]
+                        for i in range(cal.ncand[k]) if cal.seconds[k][cal.cand[k][i]] > 0},
+            "calls": {_cand_name(cal, cal.cand[k][i]): cal.ntrial[k][i] for i in range(cal.ncand[k])},
             "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k]}
     return out
 
@@ -195,7 +202,51 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
             c.cal.pick[cls] = <signed char>model
             return model
         cal_begin(&c.cal, cls, nbytes, cand, pred, n)
-    return cal_next(&c.cal, cls)
+    a = cal_next(&c.cal, cls)
+    if a == ALG_SHM and _way_open(c, nbytes, False):
+        c.cal.armed = 0     # this call measures the segment's ways; shm's own trials come after
+    return a
+
+
+cdef bint _way_open(Context* c, size_t nbytes, bint fused) noexcept nogil:
+    """Whether the segment's way for such a batch is still being measured."""
+    return (c.direct_ok and c.ways.enabled and direct_worth(&c.shm, nbytes)
+            and c.ways.pick[size_class(nbytes, fused)] < 0)
+
+
+cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
+    """Whether this batch (fused: of several tensors, the same on every rank) goes the direct
+    way; timed when its class is being measured or confirmed (_way_done agrees the time).
+    Direct reads skip two copies but the kernel walks the pages one by one; through the slots
+    every byte is copied but stays in the cache. Here 1-4 MiB ran 2x faster through the slots
+    and the fused 24 MB step (4 KiB pages) 1.3x, while large buffers in huge pages ran alike;
+    on the machine the direct way was written on it won 1.6x at 16 MiB (docs/benchmarks.md).
+    So each class measures both, direct first and kept on a tie (less memory traffic)."""
+    cdef int cls
+    cdef int cand[2]
+    cdef double pred[2]
+    if not c.direct_ok or not direct_worth(&c.shm, nbytes):
+        return False
+    if not c.ways.enabled:
+        return True
+    cls = size_class(nbytes, fused)
+    if c.ways.pick[cls] >= 0:
+        return cal_kept(&c.ways, cls) == WAY_DIRECT
+    if c.ways.untimed:      # ranks out of step: no trial now
+        return True
+    if c.ways.ncand[cls] == 0:
+        cand[0], cand[1] = WAY_DIRECT, WAY_SLOTS
+        pred[0], pred[1] = 1.0, 2.0
+        cal_begin(&c.ways, cls, nbytes, cand, pred, 2)
+    return cal_next(&c.ways, cls) == WAY_DIRECT
+
+
+cdef int _way_done(Context* c, int err) noexcept nogil:
+    """After a batch _way chose for, on every rank of the node alike (as resolved_done)."""
+    if err:
+        c.ways.armed = 0
+        return err
+    return cal_done(&c.ways, c.comm, &c.scratch)
 
 
 cdef int resolved_done(Context* c, int err) noexcept nogil:
@@ -229,7 +280,8 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             cross = _cross_fn(c, count * dtype_size(dtype))
             if op == OP_AVERAGE:       # the segment (or across nodes, the cross algorithm) divides
                 div = divisor
-            if c.direct_ok:         # one node whose ranks read each other's buffers
+            if _way(c, count * dtype_size(dtype), False):   # one node: the peers' buffers
+
                 piece.input = piece.output = buf
                 piece.start = 0
                 piece.count = count
@@ -237,6 +289,7 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             if err == 1:
                 err = shm_allreduce(buf, count, dtype, kop, &c.shm, c.cross, c.uniform, cross,
                                     &c.scratch, div)
+            err = _way_done(c, err)
         elif algo == ALG_SHM:
             err = HV_ERR_SHM
         elif algo == ALG_HIERARCHICAL:
@@ -291,16 +344,17 @@ cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil:
 
 
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
-                              int dtype, int op, long divisor) noexcept nogil:
+                              int dtype, int op, long divisor, bint fused) noexcept nogil:
     """Each piece's input reduced into its output through the shared segment (no packing):
     straight from the peers' buffers where the node allows it, else through the slots."""
     cdef int err = 1
     cdef long div = divisor if op == OP_AVERAGE else 1     # one node: the segment divides
-    if c.direct_ok:
+    if _way(c, count * dtype_size(dtype), fused):
         err = shm_direct_allreduce(pieces, npieces, count, dtype, kernel_op(op), &c.shm, c.outs,
                                    div)
     if err == 1:
         err = shm_allreduce_pieces(pieces, npieces, count, dtype, kernel_op(op), &c.shm, div)
+    err = _way_done(c, err)
     cdef size_t k
     if err == 0 and div == 1:
         for k in range(npieces):

@@ -165,7 +165,7 @@ cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& b
         pieces.push_back(piece)
         off += piece.count
     cdef int err = run_allreduce_pieces(c, pieces.data(), pieces.size(), total, dtype, op,
-                                        divisor)
+                                        divisor, batch.size() > 1)
     for k in batch:
         if items[k].req != NULL and not err:
             items[k].req.algorithm_used = ALG_SHM

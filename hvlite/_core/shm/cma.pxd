@@ -13,6 +13,8 @@ cdef struct OutMap:
 # divisor > 1: each result chunk divided before it goes out (Average's last pass, fused).
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
                               ShmArea* a, const OutMap* maps, long divisor) noexcept nogil
+# Whether a batch of nbytes is large enough for the direct way at all (below, it returns 1).
+cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil
 # Collective over the node: 1 when this rank can read every peer's memory.
 cdef int direct_probe(ShmArea* a) noexcept nogil
 # A context that uses cross-memory attach holds this: the first hold opens the process to any

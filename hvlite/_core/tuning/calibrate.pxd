@@ -21,10 +21,18 @@ cdef enum:
 # the pick (-1: still trying) and what confirms it.
 cdef struct Calibration:
     bint enabled
+    # What rank 0 prints: the candidates' names (HV_ALGORITHM_NAMES, or HV_SHM_WAY_NAMES where
+    # the candidates are the shared segment's ways), who measured, and what the upper classes are.
+    const char* const* names
+    const char* who
+    const char* apart_text
     bint verbose         # rank 0 prints each class's figures (HVLITE_LOG_LEVEL=debug)
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
     bint untimed         # this round's ranks arrived out of step (it went through rank 0): no timing
     double scale         # trials record scale x their time (1; tests disturb trials with more)
+    int scale_only       # ... only the trials of this candidate (-1: of every candidate)
+    bint warm            # each trial call follows an untimed call of the same candidate
+    bint warmed[CAL_SLOTS]                        # the class's last call was that warm-up
     signed char pick[CAL_SLOTS]
     double at_bytes[CAL_SLOTS]
     double seconds[CAL_SLOTS][ALG_COUNT]         # each candidate's median trial; 0: none
