@@ -302,23 +302,22 @@ cdef class Coordinator:
     def calibration(self, out_of_place=False):
         """What auto measured on this set, per size class (dispatch.calibration_table), for
         calls in place or (out_of_place) not; read between rounds."""
-        cdef Calibration snap
-        with nogil:
-            hv_lock(&self.rmon)
-            snap = self.ctx.cal
-            hv_unlock(&self.rmon)
-        return calibration_table(&snap, out_of_place)
+        return self._measured(False, out_of_place)
 
     def shm_ways(self, fused=False):
         """Which way the shared segment took per size class where it measured both (through its
         slots or straight from the peers' buffers), for single buffers or (fused) batches of
         several tensors; the same table as calibration(). Read between rounds."""
+        return self._measured(True, fused)
+
+    cdef dict _measured(self, bint ways, bint upper):
+        """A snapshot of auto's (or the segment's ways') calibration, as a table."""
         cdef Calibration snap
         with nogil:
             hv_lock(&self.rmon)
-            snap = self.ctx.ways
+            snap = self.ctx.ways if ways else self.ctx.cal
             hv_unlock(&self.rmon)
-        return calibration_table(&snap, fused)
+        return calibration_table(&snap, upper)
 
     def _scale_way(self, str way, double factor):
         """Tests only: the segment's trials of `way` ("slots" or "direct") record factor x their
