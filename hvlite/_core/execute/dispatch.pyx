@@ -219,7 +219,7 @@ cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
     way; timed when its class is being measured or confirmed (_way_done agrees the time).
     Direct reads skip two copies but the kernel walks the pages one by one; through the slots
     every byte is copied but stays in the cache. Here 1-4 MiB ran 2x faster through the slots
-    and the fused 24 MB step (4 KiB pages) 1.3x, while large buffers in huge pages ran alike;
+    and the fused 24 MB step (4 KiB pages) 1.3-1.6x, while large buffers in huge pages ran alike;
     on the machine the direct way was written on it won 1.6x at 16 MiB (docs/benchmarks.md).
     So each class measures both, direct first and kept on a tie (less memory traffic)."""
     cdef int cls
@@ -281,7 +281,6 @@ cdef int run_allreduce(Context* c, char* buf, size_t count, int dtype, int op, i
             if op == OP_AVERAGE:       # the segment (or across nodes, the cross algorithm) divides
                 div = divisor
             if _way(c, count * dtype_size(dtype), False):   # one node: the peers' buffers
-
                 piece.input = piece.output = buf
                 piece.start = 0
                 piece.count = count

@@ -26,9 +26,6 @@ from libc.string cimport memcpy, memset, strncpy
 from libc.stdio cimport fprintf, stderr
 from libc.stdint cimport uint64_t
 from posix.mman cimport shm_open, shm_unlink, mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
-
-cdef extern from "<sys/mman.h>" nogil:
-    int MAP_POPULATE
 from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
@@ -44,6 +41,8 @@ cdef extern from "kernels/stream.h" nogil:
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
 
+cdef extern from "<sys/mman.h>" nogil:
+    int MAP_POPULATE
 
 from hvlite._core.sync cimport hv_load64, hv_store64, hv_pause, hv_yield, hv_sleep, hv_now
 

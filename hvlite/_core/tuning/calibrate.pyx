@@ -176,8 +176,7 @@ cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
         for i in range(n):
             used += snprintf(line + used, sizeof(line) - used, b" %s%s %.1f us%s%s",
                              cal.names[cand[i]],
-                             b" (hierarchical over shm)" if (cand[i] == ALG_SHM and cal.nodes > 1
-                                                             and cal.names == HV_ALGORITHM_NAMES)
+                             b" (hierarchical over shm)" if cand[i] == ALG_SHM and cal.nodes > 1
                              else b"", cal.seconds[cls][cand[i]] * 1e6,
                              b" (two calls, dropped)" if cal.dropped[cls][i] else b"",
                              b"," if i + 1 < n else b"")
