@@ -310,6 +310,18 @@ cdef class Coordinator:
         several tensors; the same table as calibration(). Read between rounds."""
         return self._measured(True, fused)
 
+    def shm_waits(self):
+        """How this rank's waits in the shared segment's barriers went: `slept`, the waits that
+        outlasted the spin and the yields and went to sleep on a late rank's epoch; `woken`,
+        the sleeps that the late rank ended by waking this one (the rest timed out to poll the
+        liveness watch). Read between rounds."""
+        cdef long long slept, woken
+        with nogil:
+            hv_lock(&self.rmon)
+            slept, woken = self.ctx.shm.slept, self.ctx.shm.woken
+            hv_unlock(&self.rmon)
+        return {"slept": slept, "woken": woken}
+
     cdef dict _measured(self, bint ways, bint upper):
         """A snapshot of auto's (or the segment's ways') calibration, as a table."""
         cdef Calibration snap

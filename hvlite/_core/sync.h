@@ -5,6 +5,12 @@
 #include <sched.h>
 #include <time.h>
 #include <errno.h>
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static inline double hv_now(void) {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -36,6 +42,27 @@ static inline void hv_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_REL
 /* 64-bit flags in memory shared between processes (the shm all-reduce's epochs). */
 static inline long long hv_load64(volatile long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void hv_store64(volatile long long* p, long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline int hv_add(int* p, int v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
+static inline void hv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* Sleep on a word in memory shared between processes until another process wakes it, while it
+ * still holds `expected`, for at most `seconds`; returns 1 when woken (callers look again: the
+ * word may not have moved), 0 when the word had moved already, the time ran out or a signal
+ * came. Where there is no futex, a short sleep. */
+static inline int hv_futex_wait(int* p, int expected, double seconds) {
+#ifdef __linux__
+    struct timespec ts; ts.tv_sec = (time_t)seconds; ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    return syscall(SYS_futex, p, FUTEX_WAIT, expected, &ts, NULL, 0) == 0;
+#else
+    (void)p; (void)expected; (void)seconds; hv_sleep(2e-5); return 0;
+#endif
+}
+static inline void hv_futex_wake(int* p) {
+#ifdef __linux__
+    syscall(SYS_futex, p, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)p;
+#endif
+}
 static inline void hv_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

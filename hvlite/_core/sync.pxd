@@ -6,6 +6,10 @@ cdef extern from "sync.h" nogil:
     void hv_pause()
     int hv_load(int*)
     void hv_store(int*, int)
+    int hv_add(int*, int)
+    void hv_fence()
+    int hv_futex_wait(int*, int, double)
+    void hv_futex_wake(int*)
     long long hv_load64(volatile long long* p)
     void hv_store64(volatile long long* p, long long v)
     ctypedef struct hv_backoff:

@@ -1,5 +1,6 @@
 """Rank side: the shared segment's life cycle and the shm path under the coordinator."""
 import os
+import time
 
 import numpy as np
 import pytest
@@ -289,4 +290,34 @@ def test_direct_reads_give_every_rank_the_same_bits():
         every = MPI.COMM_WORLD.allgather(got.tobytes())
         if any(b != every[0] for b in every):
             failures.append(f"rank {RANK}: {what} is not bit for bit the same on every rank")
+    assert_everywhere(failures)
+
+
+@pytest.mark.skipif(not ENABLED, reason="no segment with HVLITE_SHM=0")
+def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
+    """A rank that reaches the segment's barrier long before the last one spins, yields, then
+    sleeps on the late rank's epoch word; the late rank wakes it when it arrives (a wait that
+    only timed out would come back up to a poll interval late). Counted, not timed: without the
+    wake every sleep runs out its time and `woken` stays where it was."""
+    if not INFO["available"]:
+        pytest.skip(f"no segment: {INFO['why']}")
+    coord = hvd._current().global_state.coordinator
+    late = N - 1
+    x = np.ones(16, np.float32)
+    hvd.allreduce_(x, op=hvd.Sum, name="late.call")
+    before = coord.shm_waits()
+    failures = []
+    for attempt in range(3):
+        MPI.COMM_WORLD.Barrier()
+        if RANK == late:
+            time.sleep(0.1)
+        x[:] = RANK
+        hvd.allreduce_(x, op=hvd.Sum, name="late.call")
+        if not np.array_equal(x, np.full(16, N * (N - 1) / 2, np.float32)):
+            failures.append(f"rank {RANK}: attempt {attempt} gave {x[:3]}")
+    after = coord.shm_waits()
+    slept, woken = after["slept"] - before["slept"], after["woken"] - before["woken"]
+    if RANK != late and (slept < 3 or woken < 1):
+        failures.append(f"rank {RANK}: waited 3 times for a rank 0.1 s late: slept {slept}, "
+                        f"woken {woken}")
     assert_everywhere(failures)

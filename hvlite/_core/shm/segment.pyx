@@ -44,16 +44,31 @@ cdef extern from "fcntl.h" nogil:
 cdef extern from "<sys/mman.h>" nogil:
     int MAP_POPULATE
 
-from hvlite._core.sync cimport hv_load64, hv_store64, hv_pause, hv_yield, hv_sleep, hv_now
+cdef extern from *:
+    """
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #define HV_EPOCH_LOW 4
+    #else
+    #define HV_EPOCH_LOW 0
+    #endif
+    """
+    int EPOCH_LOW "HV_EPOCH_LOW"     # offset of an epoch's low 32 bits (a futex word is 32 bits)
+
+from hvlite._core.sync cimport (hv_load64, hv_store64, hv_load, hv_add, hv_fence, hv_pause,
+                                hv_yield, hv_now, hv_futex_wait, hv_futex_wake)
 
 cdef enum:
-    LINE = 64                # one epoch counter per cache line
+    LINE = 64                # one cache line per rank: its epoch counter (8 bytes; the low
+                             # word is what sleepers wait on), its liveness beat (at 8) and
+    SLEEPERS = 16            # the count of the node's threads asleep on its epoch
     CHUNK = 16384            # bytes reduced at a time, so the accumulator stays in L1
     MIN_SEG = 65536          # smallest segment tried when /dev/shm is short of space
     SPIN = 256               # flag checks before yielding,
     YIELDS = 64              # then yields before sleeping: a waiting thread that yields for
                              # long takes the core from the compute of the rank beside it
-                             # (4096 yields: whole training steps 8-25% slower, benchmarks.md)
+                             # (4096 yields: whole training steps 8-25% slower; yielding while
+                             # each yield came back at once, up to 1 ms: GPT 3-6% slower,
+                             # benchmarks.md)
 
 _names = [0]
 
@@ -89,32 +104,57 @@ cdef inline size_t _slice_start(size_t count, int L, int j, size_t es) noexcept 
 
 
 cdef void _barrier(ShmArea* a) noexcept nogil:
-    """Wait until every rank of the node has passed this epoch. A long wait polls the thread's
-    liveness watch; once a peer is lost the area is marked (a.lost) and no barrier waits again,
-    so the operation runs out and returns HV_ERR_LOST."""
+    """Wait until every rank of the node has passed this epoch: spin, then yield a few times,
+    then sleep on the late rank's epoch word (a futex in the shared segment) until it moves.
+    The late rank wakes its sleepers when it arrives (it sees them counted in its line), so a
+    rank that finished its compute first is back in the operation within a wake-up, not a
+    sleep's length later (a 20 us nanosleep lasts ~70 us with the kernel's timer slack); the
+    first rank's call after compute in a training step. A long wait polls the
+    thread's liveness watch; once a peer is lost the area is marked (a.lost) and no barrier
+    waits again, so the operation runs out and returns HV_ERR_LOST."""
     cdef int r
     cdef long spins
+    cdef long long seen
+    cdef bint asleep
     cdef double t0 = 0, next_poll = 0, now
+    cdef char* line = a.base + a.me * LINE
     a.epoch += 1
-    hv_store64(<volatile long long*>(a.base + a.me * LINE), a.epoch)
+    hv_store64(<volatile long long*>line, a.epoch)
+    hv_fence()                  # the store before the look at the sleepers (theirs: the reverse)
+    if hv_load(<int*>(line + SLEEPERS)) > 0:
+        hv_futex_wake(<int*>(line + EPOCH_LOW))
     for r in range(a.L):
         spins = 0
-        while not a.lost and hv_load64(<volatile long long*>(a.base + r * LINE)) < a.epoch:
+        asleep = False
+        line = a.base + r * LINE
+        while not a.lost:
+            seen = hv_load64(<volatile long long*>line)
+            if seen >= a.epoch:
+                break
             spins += 1
             if spins < SPIN:
                 hv_pause()
             elif spins < SPIN + YIELDS:
                 hv_yield()
-            else:
-                hv_sleep(2e-5)
-                now = hv_now()
+            elif not asleep:    # counted first, then one more look before sleeping
+                asleep = True
+                a.slept += 1
+                hv_add(<int*>(line + SLEEPERS), 1)
+                hv_fence()
                 if t0 == 0:
-                    t0 = next_poll = now
+                    t0 = next_poll = hv_now()
                     watch_begin(watch_current())
+            else:
+                now = hv_now()
                 if now >= next_poll:
                     next_poll = now + 2e-3
                     if watch_poll(watch_current(), now - t0) >= 0:
                         a.lost = HV_ERR_LOST
+                        break
+                # returns at once if the word moved since `seen` was read
+                a.woken += hv_futex_wait(<int*>(line + EPOCH_LOW), <int>seen, 2e-3)
+        if asleep:
+            hv_add(<int*>(line + SLEEPERS), -1)
 
 
 cdef char* shm_slot(ShmArea* a, int r, int parity) noexcept nogil:
