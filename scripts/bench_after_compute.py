@@ -28,6 +28,7 @@ def busy(seconds, a, b, big):
     end = time.perf_counter() + seconds
     if a is None and big is None:
         time.sleep(seconds)
+        return
     while time.perf_counter() < end:
         if big is not None:
             big += 1.0

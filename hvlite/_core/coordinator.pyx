@@ -312,9 +312,9 @@ cdef class Coordinator:
 
     def shm_waits(self):
         """How this rank's waits in the shared segment's barriers went: `slept`, the waits that
-        outlasted the spin and the yields and went to sleep on a late rank's epoch; `woken`,
-        the sleeps that the late rank ended by waking this one (the rest timed out to poll the
-        liveness watch). Read between rounds."""
+        outlasted the spin and the yields and reached the sleep stage; `woken`, the futex waits
+        that a wake-up ended (the others timed out to poll the liveness watch, or found the
+        word moved already). Read between rounds."""
         cdef long long slept, woken
         with nogil:
             hv_lock(&self.rmon)

@@ -301,13 +301,15 @@ def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
     wake every sleep runs out its time and `woken` stays where it was."""
     if not INFO["available"]:
         pytest.skip(f"no segment: {INFO['why']}")
+    if INFO["ranks"] != N:      # the same answer on every rank
+        pytest.skip("across nodes the round's agreement waits in MPI, not in the segment")
     coord = hvd._current().global_state.coordinator
     late = N - 1
     x = np.ones(16, np.float32)
     hvd.allreduce_(x, op=hvd.Sum, name="late.call")
     before = coord.shm_waits()
     failures = []
-    for attempt in range(3):
+    for attempt in range(5):
         MPI.COMM_WORLD.Barrier()
         if RANK == late:
             time.sleep(0.1)
@@ -317,7 +319,7 @@ def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
             failures.append(f"rank {RANK}: attempt {attempt} gave {x[:3]}")
     after = coord.shm_waits()
     slept, woken = after["slept"] - before["slept"], after["woken"] - before["woken"]
-    if RANK != late and (slept < 3 or woken < 1):
-        failures.append(f"rank {RANK}: waited 3 times for a rank 0.1 s late: slept {slept}, "
+    if RANK != late and (slept < 5 or woken < 1):
+        failures.append(f"rank {RANK}: waited 5 times for a rank 0.1 s late: slept {slept}, "
                         f"woken {woken}")
     assert_everywhere(failures)

@@ -20,8 +20,8 @@ cdef struct ShmArea:
     long long epoch      # barriers passed; the same on every rank of the node
     size_t redundant_max # up to this many bytes per segment every rank reduces everything
     int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
-    long long slept      # barrier waits that went to sleep on a late rank's epoch
-    long long woken      # of their sleeps, those the late rank ended by waking this one
+    long long slept      # barrier waits that reached the sleep stage on a late rank's epoch
+    long long woken      # futex waits that a wake-up ended
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
