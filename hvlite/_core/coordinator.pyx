@@ -31,7 +31,7 @@ from hvlite._core.negotiation.controller cimport table_init, controller_respond
 from hvlite._core.negotiation.stall cimport Stall, stall_init, stall_due
 from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, submission_message
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
-from hvlite._core.shm.segment cimport shm_and_words, shm_beats
+from hvlite._core.shm.segment cimport shm_and_words, shm_beats, shm_sleepers
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
 from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down, malformed_response
@@ -314,13 +314,19 @@ cdef class Coordinator:
         """How this rank's waits in the shared segment's barriers went: `slept`, the waits that
         outlasted the spin and the yields and reached the sleep stage; `woken`, the futex waits
         that a wake-up ended (the others timed out to poll the liveness watch, or found the
-        word moved already). Read between rounds."""
-        cdef long long slept, woken
+        word moved already); `woke`, the barriers where this rank, arriving last, found peers
+        asleep on it and woke them. Read between rounds."""
+        cdef long long slept, woken, woke
         with nogil:
             hv_lock(&self.rmon)
-            slept, woken = self.ctx.shm.slept, self.ctx.shm.woken
+            slept, woken, woke = self.ctx.shm.slept, self.ctx.shm.woken, self.ctx.shm.woke
             hv_unlock(&self.rmon)
-        return {"slept": slept, "woken": woken}
+        return {"slept": slept, "woken": woken, "woke": woke}
+
+    def _sleepers(self):
+        """Tests only: how many of the node's threads are asleep on this rank's barrier epoch now
+        (a test holds this rank back until its peers sleep, rather than for a guessed time)."""
+        return shm_sleepers(&self.ctx.shm)
 
     cdef dict _measured(self, bint ways, bint upper):
         """A snapshot of auto's (or the segment's ways') calibration, as a table."""

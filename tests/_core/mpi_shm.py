@@ -297,8 +297,10 @@ def test_direct_reads_give_every_rank_the_same_bits():
 def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
     """A rank that reaches the segment's barrier long before the last one spins, yields, then
     sleeps on the late rank's epoch word; the late rank wakes it when it arrives (a wait that
-    only timed out would come back up to a poll interval late). Counted, not timed: without the
-    wake every sleep runs out its time and `woken` stays where it was."""
+    only timed out would come back up to a poll interval late). The late rank holds back until
+    every peer is counted asleep on it (an event, not a guessed time); counted, not timed: it
+    must find them and wake them every time, and without the wake every sleep runs out its
+    time and `woken` stays where it was."""
     if not INFO["available"]:
         pytest.skip(f"no segment: {INFO['why']}")
     if INFO["ranks"] != N:      # the same answer on every rank
@@ -312,14 +314,21 @@ def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
     for attempt in range(5):
         MPI.COMM_WORLD.Barrier()
         if RANK == late:
-            time.sleep(0.1)
+            deadline = time.monotonic() + 60
+            while coord._sleepers() < N - 1:
+                if time.monotonic() > deadline:        # then call anyway: nobody is left waiting
+                    failures.append(f"rank {RANK}: only {coord._sleepers()} of {N - 1} peers "
+                                    "ever slept on its barrier")
+                    break
+                time.sleep(1e-3)
         x[:] = RANK
         hvd.allreduce_(x, op=hvd.Sum, name="late.call")
         if not np.array_equal(x, np.full(16, N * (N - 1) / 2, np.float32)):
             failures.append(f"rank {RANK}: attempt {attempt} gave {x[:3]}")
     after = coord.shm_waits()
-    slept, woken = after["slept"] - before["slept"], after["woken"] - before["woken"]
-    if RANK != late and (slept < 5 or woken < 1):
-        failures.append(f"rank {RANK}: waited 5 times for a rank 0.1 s late: slept {slept}, "
-                        f"woken {woken}")
+    got = {k: after[k] - before[k] for k in after}
+    if RANK == late and got["woke"] < 5:
+        failures.append(f"rank {RANK}: arrived last 5 times to sleeping peers, woke them {got}")
+    if RANK != late and (got["slept"] < 5 or got["woken"] < 1):
+        failures.append(f"rank {RANK}: waited 5 times for the late rank: {got}")
     assert_everywhere(failures)

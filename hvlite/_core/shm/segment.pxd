@@ -22,6 +22,7 @@ cdef struct ShmArea:
     int lost             # HV_ERR_LOST once a barrier's watch found a peer lost (barriers stop waiting)
     long long slept      # barrier waits that reached the sleep stage on a late rank's epoch
     long long woken      # futex waits that a wake-up ended
+    long long woke       # barriers where this rank found sleepers on its epoch and woke them
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
@@ -81,3 +82,5 @@ cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const ch
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
 # Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.
 cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil
+# How many of the node's threads are counted asleep on this rank's epoch now (tests).
+cdef int shm_sleepers(ShmArea* a) noexcept nogil

@@ -122,6 +122,7 @@ cdef void _barrier(ShmArea* a) noexcept nogil:
     hv_store64(<volatile long long*>line, a.epoch)
     hv_fence()                  # the store before the look at the sleepers (theirs: the reverse)
     if hv_load(<int*>(line + SLEEPERS)) > 0:
+        a.woke += 1
         hv_futex_wake(<int*>(line + EPOCH_LOW))
     for r in range(a.L):
         spins = 0
@@ -184,6 +185,10 @@ cdef char* shm_beats(ShmArea* a, size_t* stride) noexcept nogil:
     """The node's liveness beat words (liveness.pyx), one per rank beside its epoch, or NULL."""
     stride[0] = LINE
     return a.base + 8 if a.base != NULL else NULL
+
+
+cdef int shm_sleepers(ShmArea* a) noexcept nogil:
+    return hv_load(<int*>(a.base + a.me * LINE + SLEEPERS)) if a.base != NULL else 0
 
 
 cdef int shm_barrier(ShmArea* a) noexcept nogil:
