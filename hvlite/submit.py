@@ -10,7 +10,6 @@ import numpy as np
 
 from hvlite import runtime
 from hvlite.process_sets import AUTO_MARK, global_process_set, state_of
-from hvlite.outputs import MIN_BYTES
 from hvlite.config import ALGORITHMS
 from hvlite._core import codes as _codes
 from hvlite._core.submission import Submission
@@ -359,7 +358,7 @@ def allgather_now(x, name, process_set):
         return None
     st = runtime.current().global_state
     name = name or st.auto_name("allgather")
-    out = _pooled(st, name, x, x.shape[0] * st.size, x.nbytes * st.size)
+    out = _pooled(st, name, x, x.shape[0] * st.size)
     return _now(st, name, ALLGATHER, code, 0, 0, 0, x, out, _gathered(x, out))
 
 
@@ -368,12 +367,10 @@ def _block_rows(rows, size, rank):
     return rows // size + (1 if rank < rows % size else 0)
 
 
-def _pooled(st, name, x, rows, nbytes):
-    """A pooled array for a result of `rows` rows like x's, `nbytes` long (what every rank
-    sending as many rows gives), or None; the core writes there only when the result has
-    exactly its size."""
-    if nbytes < MIN_BYTES:          # the heap serves small results without page faults
-        return None
+def _pooled(st, name, x, rows):
+    """A pooled array for a result of `rows` rows like x's (what every rank sending as many rows
+    gives), or None for a small one (the heap serves those without page faults); the core writes
+    there only when the result has exactly its size."""
     return st.outputs.take_shaped(name, (rows,) + x.shape[1:], x.dtype, keep=AUTO_MARK not in name)
 
 
@@ -408,7 +405,7 @@ def alltoall_now(x, splits, name, process_set):
     if x.shape[0] % st.size:
         return None
     name = name or st.auto_name("alltoall")
-    out = _pooled(st, name, x, x.shape[0], x.nbytes)
+    out = _pooled(st, name, x, x.shape[0])
     return _now(st, name, ALLTOALL, code, 0, 0, 0, x, out, _gathered(x, out))
 
 

@@ -107,11 +107,11 @@ cdef void _barrier(ShmArea* a) noexcept nogil:
     """Wait until every rank of the node has passed this epoch: spin, then yield a few times,
     then sleep on the late rank's epoch word (a futex in the shared segment) until it moves.
     The late rank wakes its sleepers when it arrives (it sees them counted in its line), so a
-    rank that finished its compute first is back in the operation within a wake-up, not a
-    sleep's length later (a 20 us nanosleep lasts ~70 us with the kernel's timer slack); the
-    first rank's call after compute in a training step. A long wait polls the
-    thread's liveness watch; once a peer is lost the area is marked (a.lost) and no barrier
-    waits again, so the operation runs out and returns HV_ERR_LOST."""
+    rank that finished its compute first (a training step's first call) is back in the
+    operation within a wake-up, not a sleep's length later (a 20 us nanosleep lasts ~70 us with
+    the kernel's timer slack). A long wait polls the thread's liveness watch; once a peer is
+    lost the area is marked (a.lost) and no barrier waits again, so the operation runs out and
+    returns HV_ERR_LOST."""
     cdef int r
     cdef long spins
     cdef long long seen
