@@ -16,6 +16,8 @@ SCRIPTS = [
     (["scripts/bench_unnamed.py", "--calls", "3", "--steps", "5", "--reps", "2"], "unnamed / named"),
     (["scripts/bench_cast.py", "--sizes", "1001", "--repeats", "3"], "kernel"),
     (["scripts/bench_after_compute.py", "--compute-ms", "0,1", "--reps", "2"], "allreduce_ named"),
+    (["scripts/bench_progress.py", "--sizes", "4K", "--compute-ms", "2", "--reps", "2"],
+     "MPI_Iallreduce"),
     (["scripts/bench_cost_model.py", "--runs", "2", "--sizes", "4K,64K"], "calibrated picks"),
     (["scripts/bench_mpi_reference.py", "--sizes", "4K", "--budget", "0.05"], "4 KiB"),
     (["scripts/bench_elastic.py", "commit", "--model", "digits", "--steps", "2", "--commits", "2"],
