@@ -35,6 +35,20 @@ def test_benchmark_script_runs(mpirun, args, expect):
     assert expect in out, out[-2000:]
 
 
+@pytest.mark.parametrize("args,expect", [
+    (["--reps", "0"], "--reps must be >= 1"),
+    (["--poll-ms", "5", "--compute-ms", "1"], "--poll-ms <= --compute-ms"),
+    (["--compute", "stream"], "'stream' is neither matmul nor sleep"),
+])
+def test_bench_progress_refuses_bad_arguments(args, expect):
+    """Checked before the runtime starts: the usage error, exit status 2, nothing run."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "scripts/bench_progress.py", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and expect in out.stderr, (out.returncode, out.stderr)
+
+
 def test_bench_mpis_drives_its_launches(tmp_path):
     """The cross-MPI driver (scripts/bench_mpis.py) launches its runs itself, each under its own
     mpiexec; with no side venvs there is one, the project's MPI, and its table and CSV name both
