@@ -38,16 +38,18 @@ def synchronize(handle):
 
 
 # ---- allreduce ------------------------------------------------------------------------------
-# Each call tries the lean host path first (a plain NumPy array: it returns None for anything
-# else, without a conversion), then asks route.path_of once and descends.
+# Each call tries the lean face first (runtime.lean, _core/lean.pyx: a plain NumPy array on the
+# global set, checked and submitted in one C call; it returns None for anything else, without a
+# conversion), then asks route.path_of once and descends.
 
 def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
                     compression=None):
     """Start reducing `x` across the set's ranks (all by default) into a new array; returns a
     Handle. With `compression` (an hvlite.compression.Compression entry) the compressor runs the
     exchange."""
-    if compression is None:
-        started = host.allreduce_start(x, op, name, algorithm, process_set, False)
+    lean = runtime.lean
+    if lean is not None and compression is None:
+        started = lean.allreduce_async(x, op, name, algorithm, process_set, False)
         if started is not None:
             return started
     return path_of(x).allreduce(x, op, name, algorithm, process_set, False, compression)
@@ -55,9 +57,11 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
 
 def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Start reducing the NumPy (or device) array `x` in place; returns a Handle."""
-    started = host.allreduce_start(x, op, name, algorithm, process_set, True)
-    if started is not None:
-        return started
+    lean = runtime.lean
+    if lean is not None:
+        started = lean.allreduce_async(x, op, name, algorithm, process_set, True)
+        if started is not None:
+            return started
     return path_of(x).allreduce(x, op, name, algorithm, process_set, True)
 
 
@@ -70,8 +74,9 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
     HVLITE_ALLREDUCE_ALGORITHM). process_set: a hvlite.ProcessSet this rank belongs to.
     compression: e.g. hvlite.compression.Compression.fp16 (see hvlite.compression).
     """
-    if compression is None:
-        done = host.allreduce_now(x, op, name, algorithm, process_set, False)
+    lean = runtime.lean
+    if lean is not None and compression is None:
+        done = lean.allreduce(x, op, name, algorithm, process_set, False)
         if done is not None:
             return done
     return path_of(x).allreduce(x, op, name, algorithm, process_set, False, compression,
@@ -80,9 +85,11 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
 
 def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
     """Reduce the NumPy array `x` in place across the set's ranks and return it."""
-    done = host.allreduce_now(x, op, name, algorithm, process_set, True)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.allreduce(x, op, name, algorithm, process_set, True)
+        if done is not None:
+            return done
     return path_of(x).allreduce(x, op, name, algorithm, process_set, True, sync=True)
 
 

@@ -19,6 +19,8 @@ import numpy as np
 
 from hvlite.errors import InvalidArgumentError
 from hvlite.outputs import OutputPool
+from hvlite.config import ALGORITHMS
+from hvlite.ops import ReduceOp
 
 
 class ProcessSet:
@@ -85,6 +87,30 @@ AUTO_NAMES = 60
 AUTO_MARK = ".noname."
 
 
+def algorithm_code(algorithm, default, shm):
+    """The core's code of algorithm= (None: `default`, the setting). InvalidArgumentError for a
+    name hvlite does not know, or for 'shm' where the segment is unavailable (`shm`: the
+    runtime's shm_info, agreed at init, so every rank raises alike)."""
+    from hvlite._core.codes import ALGORITHMS as CODES
+    name = default if algorithm is None else algorithm
+    code = CODES.code(name)
+    if code is None or name not in ALGORITHMS:
+        raise InvalidArgumentError(
+            f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
+    if name == "shm" and not shm["available"]:
+        raise InvalidArgumentError(f"all-reduce algorithm 'shm' is unavailable: {shm['why']}")
+    return code
+
+
+_handles = []       # the handle class of the lean face's async calls (the host path registers it)
+
+
+def lean_handle(cls):
+    """The host path's handle class for the lean face's async all-reduces (registered once, at
+    its import: the state layer does not import the host path)."""
+    _handles[:] = [cls]
+
+
 def _ride_bytes(comm, s, model, nodes, shm):
     """Room for small all-reduces in the negotiation message. On one node with the shared
     segment none: a small shared-memory all-reduce costs less than the region's bytes add to
@@ -98,6 +124,40 @@ def _ride_bytes(comm, s, model, nodes, shm):
     elif nodes > 1 and model["beta_inter"] > 0:
         mine = min(mine, int(model["alpha_inter"] / model["beta_inter"]))
     return min(comm.allgather(max(mine, 0) // 8 * 8))
+
+
+def _lean(st, default, shm):
+    from hvlite._core.lean import Lean
+
+    def code(algorithm):
+        return algorithm_code(algorithm, default, shm)
+
+    return Lean(st.coordinator, ReduceOp, global_process_set, st.auto_name, st.outputs.take, code,
+                st.algorithm_codes, _handles[0], AUTO_MARK)
+
+
+class AutoNames:
+    """A set's automatic names, by kind. Names cycle through AUTO_NAMES (every rank submits
+    unnamed collectives in the same order, so the k-th is the same call everywhere, whatever the
+    arguments: a rank whose k-th call differs meets the others' under one name and gets the
+    mismatch). The response cache holds a name in one variant per metadata it was agreed with,
+    so a loop of any count of unnamed calls finds each call's (name, metadata) in the cache once
+    lcm(count, AUTO_NAMES) calls have run. Apart from the SetState, so that the lean face can
+    hold it without a reference cycle back to the set (which would keep the coordinator, and
+    its segment, alive after shutdown until the garbage collector ran)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self):
+        self.names = {}
+
+    def __call__(self, kind):
+        """The next automatic name of this kind."""
+        names = self.names.get(kind)
+        if names is None:       # setdefault: two threads' first calls share one cycle
+            names = self.names.setdefault(kind, itertools.cycle(
+                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)]))
+        return next(names)
 
 
 class SetState:
@@ -125,27 +185,16 @@ class SetState:
                                                               rt.shm_info["available"]))
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
-        self.names = {}
+        self.auto_name = AutoNames()
         # out-of-place results, reused by name; on one node from the shared output arena
         self.outputs = OutputPool(_arena_take() if self.coordinator.outputs_shared() else None)
         self.algorithm_codes = {}              # algorithm= (None: the default) -> its code
+        # the global set's commonest call in one C call (_core/lean.pyx); other sets: None
+        self.lean = None if set_id != 0 else _lean(self, s.allreduce_algorithm, rt.shm_info)
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
                                        name=f"hvlite-coordinator-{set_id}")
         self.thread.start()
-
-    def auto_name(self, kind):
-        """The next automatic name of this kind. Names cycle through AUTO_NAMES (every rank
-        submits unnamed collectives in the same order, so the k-th is the same call
-        everywhere, whatever the arguments: a rank whose k-th call differs meets the others'
-        under one name and gets the mismatch). The response cache holds a name in one variant
-        per metadata it was agreed with, so a loop of any count of unnamed calls finds each
-        call's (name, metadata) in the cache once lcm(count, AUTO_NAMES) calls have run."""
-        names = self.names.get(kind)
-        if names is None:       # setdefault: two threads' first calls share one cycle
-            names = self.names.setdefault(kind, itertools.cycle(
-                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)]))
-        return next(names)
 
     def position(self, global_rank):
         """The set-relative rank of a global rank, or -1 when it is not in the set."""

@@ -23,6 +23,7 @@ _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED"
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
 
 _current = None
+lean = None         # while a runtime runs here: its global set's lean face (_core/lean.pyx)
 _lost = None        # the first lost-rank message of this process: MPI cannot be used again
 _inherited = None   # in a child forked from an initialized process: the parent's runtime
 
@@ -301,7 +302,7 @@ def init(comm=None, process_sets=None):
     rank, or "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1
     does). Settings are read, then compared across ranks in one collective: a bad value on any
     rank, or a shared setting that differs, raises ConfigError on every rank."""
-    global _current
+    global _current, lean
     if _current is not None:
         _check_repeat(_current, comm, process_sets)
         return _current
@@ -334,14 +335,15 @@ def init(comm=None, process_sets=None):
     except BaseException:       # every rank fails alike: none is left half-initialized
         shutdown()
         raise
+    lean = rt.global_state.lean
     _mark_state(rt, "running")
     return _current
 
 
 def shutdown():
     """Release hvlite's communicators and buffers. Safe to call twice, and called at exit."""
-    global _current
-    rt, _current = _current, None
+    global _current, lean
+    rt, _current, lean = _current, None, None
     if rt is not None:
         rt.close()
         _mark_state(rt, "stopped")
@@ -419,10 +421,10 @@ def _after_fork_in_child():
     good (its finalizers would free the parent's shared segment and communicators), refuses
     every call that would communicate, and ends without MPI_Finalize, whose PMI barrier on the
     inherited connection would break the parent's own finalize."""
-    global _current, _inherited
+    global _current, _inherited, lean
     if _current is None:
         return
-    _inherited, _current = _current, None
+    _inherited, _current, lean = _current, None, None
     _KEPT.append(_inherited)
     code = [0]
     real_exit, real_hook = sys.exit, sys.excepthook

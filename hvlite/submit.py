@@ -9,8 +9,7 @@ and the public front door (hvlite.collectives) sit on top of this module.
 import numpy as np
 
 from hvlite import runtime
-from hvlite.process_sets import AUTO_MARK, global_process_set, state_of
-from hvlite.config import ALGORITHMS
+from hvlite.process_sets import AUTO_MARK, algorithm_code, global_process_set, lean_handle, state_of
 from hvlite._core import codes as _codes
 from hvlite._core.submission import Submission
 from hvlite._core.codes import COLLECTIVES
@@ -75,15 +74,11 @@ class ArrayHandle(Handle):
         return self._finish
 
 
+lean_handle(ArrayHandle)
+
+
 def _algorithm_code(algorithm, rt):
-    name = rt.settings.allreduce_algorithm if algorithm is None else algorithm
-    code = _codes.ALGORITHMS.code(name)
-    if code is None or name not in ALGORITHMS:
-        raise InvalidArgumentError(
-            f"unknown all-reduce algorithm {name!r}; use one of {', '.join(ALGORITHMS)}")
-    if name == "shm" and not rt.shm_info["available"]:     # agreed at init: all ranks raise
-        raise InvalidArgumentError(f"all-reduce algorithm 'shm' is unavailable: {rt.shm_info['why']}")
-    return code
+    return algorithm_code(algorithm, rt.settings.allreduce_algorithm, rt.shm_info)
 
 
 def _dtype_code(x, name, kind):
@@ -267,57 +262,6 @@ def _plain_code(x, name, process_set, inplace):
     if not flags.c_contiguous or (inplace and not flags.writeable):
         return None
     return _now_code(x.dtype)
-
-
-def _lean_allreduce(x, op, name, algorithm, process_set, inplace):
-    """(set state, name, dtype code, op code, algorithm code, output) of an all-reduce the lean
-    paths can take: a plain C-contiguous NumPy array on the global set, a str name or none, a
-    plain op; None when anything needs the general path, which then checks, poisons and raises
-    as usual: the lean paths have nothing left that can be wrong locally."""
-    code = _plain_code(x, name, process_set, inplace)
-    if code is None or (algorithm is not None and type(algorithm) is not str):
-        return None
-    o = _NOW_OPS.get(op)
-    if o is None:
-        return None
-    st = runtime.current().global_state
-    algo = st.algorithm_codes.get(algorithm)
-    if algo is None:
-        try:
-            algo = st.algorithm_codes[algorithm] = _algorithm_code(algorithm, runtime.current())
-        except (InvalidArgumentError, TypeError):       # the general path says what is wrong
-            return None
-    if not name:
-        name = st.auto_name("allreduce")
-    out = x if inplace else st.outputs.take(name, x, keep=AUTO_MARK not in name)
-    return st, name, code, o, algo, out
-
-
-def allreduce_now(x, op, name, algorithm, process_set, inplace):
-    """The synchronous all-reduce, the lean way (without the general path's conversions,
-    closures and handle: they were most of a small call's cost); None: the general path takes
-    it."""
-    lean = _lean_allreduce(x, op, name, algorithm, process_set, inplace)
-    if lean is None:
-        return None
-    st, name, code, o, algo, out = lean
-    _now(st, name, ALLREDUCE, code, o, 0, algo, x, out)
-    return out
-
-
-def allreduce_start(x, op, name, algorithm, process_set, inplace):
-    """The asynchronous all-reduce, the lean way (as allreduce_now): a step submits hundreds,
-    and every microsecond of each is one the step's reduction waits for; None: the general path
-    takes it."""
-    lean = _lean_allreduce(x, op, name, algorithm, process_set, inplace)
-    if lean is None:
-        return None
-    st, name, code, o, algo, out = lean
-    p = st.coordinator.submit(name, Submission(ALLREDUCE, code, o, 0, algo,
-                                               reused=AUTO_MARK in name), x, out)
-    if type(p) is tuple:
-        raise _exception(*p)
-    return ArrayHandle(p, out, name)
 
 
 def _now(st, name, kind, code, op, root, algo, x, out, finish=None):

@@ -248,7 +248,7 @@ cdef class Coordinator:
                                  "again, or use another name")
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
-                self._drive(req, hv_now() + WAIT_SLICE)
+                self._drive(req, req.submitted + WAIT_SLICE)
             self.ledger.sweep()
         return p
 
@@ -511,9 +511,11 @@ cdef class Coordinator:
         is whatever is still pending afterwards. It returns at `until` too, so that the caller
         can run Python's signal handlers (a wait stays interruptible)."""
         cdef Watch* saved
-        cdef bint go, kick = False, last = False
+        cdef bint go, kick = False, last = False, first = True
         cdef int64_t turn
-        while hv_load(&req.status) == ST_PENDING and not last and hv_now() < until:
+        # the first turn without a look at the clock: `until` is a slice away
+        while hv_load(&req.status) == ST_PENDING and not last and (first or hv_now() < until):
+            first = False
             hv_lock(&self.qmon)
             go = not (self.stop_requested or self.finished)
             hv_unlock(&self.qmon)
@@ -630,13 +632,14 @@ cdef class Coordinator:
         self.rounds += 1
         flags = bits_flags(bits, W)
         self._cached(bits, W, not (flags & FLAG_ALL_JOINED), (flags & FLAG_NOT_JOINED) != 0, items)
-        self.own_seconds += hv_now() - t1
+        ready = hv_now()
+        self.own_seconds += ready - t1
         if (flags & SLOW_FLAGS) != SLOW_FLAGS:
             finish = self._slow(items, not (flags & FLAG_NOT_STOPPING), not (flags & FLAG_NO_STALL))
             self.ride.dirty = True        # rank 0 may have given out cache slots
             if self.dead:       # the gather or broadcast failed: everything has failed already
                 return 1
-        ready = hv_now()
+            ready = hv_now()
         self.negotiate_seconds += ready - t0
         # after rank 0's gather and broadcast the ranks leave out of step: auto times nothing
         self.ctx.cal.untimed = self.ctx.ways.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS

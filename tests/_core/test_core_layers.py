@@ -14,7 +14,7 @@ LAYERS = [
     ("tuning", ["tuning"]),
     ("negotiation", ["negotiation"]),
     ("execute", ["execute"]),
-    ("faces", ["", "coordinator", "submission", "failure", "pending", "engine", "ps"]),
+    ("faces", ["", "coordinator", "submission", "failure", "pending", "engine", "ps", "lean"]),
 ]
 
 

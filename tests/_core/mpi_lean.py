@@ -1,0 +1,131 @@
+"""Rank side: the lean face (hvlite/_core/lean.pyx), at whatever N mpiexec gave.
+
+It must take every plain call (a C-contiguous NumPy array of a dtype the core reduces, native
+byte order, on the global set, a plain op, a str name or none, algorithm= a str it knows) and
+give NumPy's bits on every rank, synchronously and async, in place and out of place; and it
+must leave every other call to the general path (return None), which then converts, checks and
+names the problem on every rank as before.
+"""
+import numpy as np
+import pytest
+
+import hvlite as hvd
+from hvlite import runtime
+from hvlite.errors import InvalidArgumentError, NotInitializedError
+from helpers import (DTYPES, OPS, assert_everywhere, assert_identical_everywhere,
+                     expect_raise_everywhere, rank_input, reference, same_bits)
+
+hvd.init(process_sets="dynamic")
+N, RANK = hvd.size(), hvd.rank()
+LEAN = runtime.lean
+
+
+def test_the_face_is_there_while_the_runtime_runs():
+    assert LEAN is not None and LEAN is hvd._current().global_state.lean
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_calls_are_taken_and_exact(dtype):
+    failures = []
+    for op in OPS:
+        for count in (0, 1, N + 2, 1001):
+            inputs = [rank_input(r, count, dtype, op) for r in range(N)]
+            want = reference(inputs, dtype, op, N)
+            tag = f"{dtype} {op.name} {count}"
+            got = LEAN.allreduce(inputs[RANK].copy(), op, f"lean.{tag}", None,
+                                 hvd.global_process_set, False)
+            if got is None or not same_bits(got, want):
+                failures.append(f"{tag} out of place: {got if got is None else got[:4]}")
+                continue
+            x = inputs[RANK].copy()
+            same = LEAN.allreduce(x, op, f"lean_.{tag}", "auto", hvd.global_process_set, True)
+            if same is not x or not same_bits(x, want):
+                failures.append(f"{tag} in place")
+            h = LEAN.allreduce_async(inputs[RANK].copy(), op, None, None,
+                                     hvd.global_process_set, False)
+            if h is None or not same_bits(hvd.synchronize(h), want):
+                failures.append(f"{tag} async unnamed")
+            assert_identical_everywhere(got, tag)
+    assert_everywhere(failures)
+
+
+def test_aliases_and_shapes_the_face_takes():
+    """An int64 array made as 'q' (another NumPy type number than 'l' for the same dtype), a
+    0-d array, a 3-d one, uint64 made as 'Q': each taken, each exact."""
+    failures = []
+    cases = [(np.arange(5, dtype="q") + RANK, np.arange(5, dtype="q") + N - 1),
+             (np.array(RANK + 1.5), np.array(N - 1 + 1.5)),
+             (np.full((2, 3, 4), RANK, np.float32), np.full((2, 3, 4), N - 1, np.float32)),
+             (np.arange(3, dtype="Q") * RANK, np.arange(3, dtype="Q") * (N - 1))]
+    for k, (x, want) in enumerate(cases):
+        got = LEAN.allreduce(x, hvd.Max, f"alias.{k}", None, hvd.global_process_set, False)
+        if got is None:
+            failures.append(f"case {k} ({x.dtype}, shape {x.shape}) was not taken")
+        elif not same_bits(got, want.astype(x.dtype)):
+            failures.append(f"case {k}: got {got!r}, want {want!r}")
+    assert_everywhere(failures)
+
+
+def declined():
+    """(what, call) pairs the face must leave to the general path."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    g = hvd.global_process_set
+    return [
+        ("a list", lambda: LEAN.allreduce([1.0, 2.0], hvd.Sum, "d", None, g, False)),
+        ("a Fortran array", lambda: LEAN.allreduce(np.asfortranarray(a), hvd.Sum, "d", None, g, False)),
+        ("a strided view", lambda: LEAN.allreduce(a[:, ::2], hvd.Sum, "d", None, g, False)),
+        ("read-only in place", lambda: LEAN.allreduce(ro, hvd.Sum, "d", None, g, True)),
+        ("byte-swapped", lambda: LEAN.allreduce(np.ones(4, ">f4"), hvd.Sum, "d", None, g, False)),
+        ("object dtype", lambda: LEAN.allreduce(np.array([1, None]), hvd.Sum, "d", None, g, False)),
+        ("bool dtype", lambda: LEAN.allreduce(np.ones(2, bool), hvd.Sum, "d", None, g, False)),
+        ("complex dtype", lambda: LEAN.allreduce(np.ones(2, np.complex64), hvd.Sum, "d", None, g, False)),
+        ("op as an int", lambda: LEAN.allreduce(a, 0, "d", None, g, False)),
+        ("op as a str", lambda: LEAN.allreduce(a, "sum", "d", None, g, False)),
+        ("Adasum", lambda: LEAN.allreduce(a, hvd.Adasum, "d", None, g, False)),
+        ("a name that is an int", lambda: LEAN.allreduce(a, hvd.Sum, 7, None, g, False)),
+        ("an unknown algorithm", lambda: LEAN.allreduce(a, hvd.Sum, "d", "fastest", g, False)),
+        ("algorithm not a str", lambda: LEAN.allreduce(a, hvd.Sum, "d", 3, g, False)),
+        ("another process set", lambda: LEAN.allreduce(a, hvd.Sum, "d", None, hvd.ProcessSet([0]), False)),
+        ("async, a list", lambda: LEAN.allreduce_async([1.0], hvd.Sum, "d", None, g, False)),
+    ]
+
+
+def test_what_the_face_leaves_to_the_general_path():
+    failures = [what for what, call in declined() if call() is not None]
+    assert_everywhere(failures)
+
+
+def test_the_general_path_still_names_what_is_wrong():
+    """Declined calls through the public API: converted and run, or refused on every rank."""
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    expect_raise_everywhere(lambda: hvd.allreduce_(ro, name="lean.ro"), InvalidArgumentError,
+                            "read-only")
+    expect_raise_everywhere(lambda: hvd.allreduce(np.ones(3, np.float32), name="lean.alg",
+                                                  algorithm="fastest"),
+                            InvalidArgumentError, "fastest")
+    got = hvd.allreduce(np.ones(4, ">f4") * (RANK + 1), op=hvd.Sum, name="lean.swapped")
+    want = np.full(4, N * (N + 1) / 2, np.float32)
+    assert_everywhere([] if np.array_equal(got, want) else [f"byte-swapped: {got}"])
+    got = hvd.allreduce([1, 2], op="sum", name="lean.list")
+    assert_everywhere([] if list(got) == [N, 2 * N] else [f"a list with op 'sum': {got}"])
+
+
+def test_a_bad_default_algorithm_is_not_cached_as_good():
+    """algorithm='shm' where the segment is off is refused by every call, lean or not."""
+    if hvd._current().shm_info["available"]:
+        pytest.skip("the segment is available here")
+    for _ in range(2):
+        expect_raise_everywhere(lambda: hvd.allreduce(np.ones(2, np.float32), algorithm="shm"),
+                                InvalidArgumentError, "unavailable")
+
+
+def test_shutdown_takes_the_face_away():
+    """Last: after shutdown the public call raises the general path's error, and never submits
+    to a stopped coordinator through a face left behind."""
+    hvd.shutdown()
+    assert runtime.lean is None
+    with pytest.raises(NotInitializedError):
+        hvd.allreduce_(np.ones(2, np.float32))
