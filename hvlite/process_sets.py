@@ -126,9 +126,7 @@ def _ride_bytes(comm, s, model, nodes, shm):
     return min(comm.allgather(max(mine, 0) // 8 * 8))
 
 
-def _lean(st, default, shm):
-    from hvlite._core.lean import Lean
-
+def _lean(Lean, st, default, shm):
     def code(algorithm):
         return algorithm_code(algorithm, default, shm)
 
@@ -166,6 +164,7 @@ class SetState:
 
     def __init__(self, rt, set_id, ranks, comm, local, cross, autotune=False):
         from hvlite._core.coordinator import Coordinator
+        from hvlite._core.lean import Lean      # before anything is made that must be freed
         s = rt.settings
         self.id, self.ranks = set_id, ranks
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
@@ -190,7 +189,7 @@ class SetState:
         self.outputs = OutputPool(_arena_take() if self.coordinator.outputs_shared() else None)
         self.algorithm_codes = {}              # algorithm= (None: the default) -> its code
         # the global set's commonest call in one C call (_core/lean.pyx); other sets: None
-        self.lean = None if set_id != 0 else _lean(self, s.allreduce_algorithm, rt.shm_info)
+        self.lean = None if set_id != 0 else _lean(Lean, self, s.allreduce_algorithm, rt.shm_info)
         self.owned = ()                        # the set's own communicators (not the global set)
         self.thread = threading.Thread(target=self.coordinator.run, daemon=True,
                                        name=f"hvlite-coordinator-{set_id}")

@@ -508,8 +508,8 @@ cdef class Coordinator:
         rounds: another thread of this rank (a second synchronous call, a chained collective)
         must be able to take its turn, or ranks whose threads wait in different orders would
         each hold the round the others need. A stop is left to the coordinator thread, and so
-        is whatever is still pending afterwards. It returns at `until` too, so that the caller
-        can run Python's signal handlers (a wait stays interruptible)."""
+        is whatever is still pending afterwards. It returns at `until` too (after one turn at
+        least), so that the caller can run Python's signal handlers (a wait stays interruptible)."""
         cdef Watch* saved
         cdef bint go, kick = False, last = False, first = True
         cdef int64_t turn

@@ -7,8 +7,9 @@ after compute finds them (docs/benchmarks.md, "A call after compute"). Here the 
 array's C fields, the op's integer value and a table by NumPy type number. Anything this face
 does not take (another array kind, layout or set, a name that is not a str, an op it does not
 run, an unknown algorithm) it leaves to the general path by returning None, and that path
-checks, names the problem on every rank and poisons as usual: nothing can be wrong locally in
-what this face submits."""
+checks, names the problem on every rank and poisons as usual. So does an output it cannot
+allocate, before it takes an automatic name: once the face has taken a call, nothing can fail
+on this rank alone."""
 # distutils: language = c++
 import numpy as np
 cimport numpy as cnp
@@ -96,12 +97,22 @@ cdef class Lean:
                 return None
             self.algorithms[algorithm] = code
         algo = code
+        # The output before an automatic name: an allocation that fails here goes back to the
+        # general path (which poisons the call on every rank) with no name taken on this rank
+        # alone. Automatic names are not pooled (take's keep=False: a new array).
+        if inplace:
+            out = x
+        else:
+            try:
+                out = self.take(name, x, bool(name) and self.mark not in name)
+            except MemoryError:
+                return None
         if not name:
             name = self.namer("allreduce")
-        reused = self.mark in name
         s = Submission.__new__(Submission)
-        s.collective, s.dtype, s.op, s.algorithm, s.reused = C_ALLREDUCE, dt, o, algo, reused
-        return name, s, x if inplace else self.take(name, x, not reused)
+        s.collective, s.dtype, s.op, s.algorithm = C_ALLREDUCE, dt, o, algo
+        s.reused = self.mark in name
+        return name, s, out
 
     def allreduce(self, x, op, name, algorithm, process_set, bint inplace):
         """The synchronous all-reduce: its output, run to completion on this thread (as the

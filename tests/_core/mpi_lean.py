@@ -11,7 +11,7 @@ import pytest
 
 import hvlite as hvd
 from hvlite import runtime
-from hvlite.errors import InvalidArgumentError, NotInitializedError
+from hvlite.errors import DtypeError, InvalidArgumentError, NotInitializedError
 from helpers import (DTYPES, OPS, assert_everywhere, assert_identical_everywhere,
                      expect_raise_everywhere, rank_input, reference, same_bits)
 
@@ -26,6 +26,8 @@ def test_the_face_is_there_while_the_runtime_runs():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_plain_calls_are_taken_and_exact(dtype):
+    """Every rank makes the same calls whatever it finds (a rank that skipped one after a wrong
+    result would leave the others waiting in it)."""
     failures = []
     for op in OPS:
         for count in (0, 1, N + 2, 1001):
@@ -36,7 +38,6 @@ def test_plain_calls_are_taken_and_exact(dtype):
                                  hvd.global_process_set, False)
             if got is None or not same_bits(got, want):
                 failures.append(f"{tag} out of place: {got if got is None else got[:4]}")
-                continue
             x = inputs[RANK].copy()
             same = LEAN.allreduce(x, op, f"lean_.{tag}", "auto", hvd.global_process_set, True)
             if same is not x or not same_bits(x, want):
@@ -45,7 +46,8 @@ def test_plain_calls_are_taken_and_exact(dtype):
                                      hvd.global_process_set, False)
             if h is None or not same_bits(hvd.synchronize(h), want):
                 failures.append(f"{tag} async unnamed")
-            assert_identical_everywhere(got, tag)
+            # the bits every rank got, whatever NumPy's answer: one result everywhere
+            assert_identical_everywhere(x, tag)
     assert_everywhere(failures)
 
 
@@ -53,10 +55,15 @@ def test_aliases_and_shapes_the_face_takes():
     """An int64 array made as 'q' (another NumPy type number than 'l' for the same dtype), a
     0-d array, a 3-d one, uint64 made as 'Q': each taken, each exact."""
     failures = []
-    cases = [(np.arange(5, dtype="q") + RANK, np.arange(5, dtype="q") + N - 1),
+    q = np.arange(5, dtype="q")
+    q += RANK
+    uq = np.arange(3, dtype="Q")
+    uq *= RANK
+    assert q.dtype.char == "q" and uq.dtype.char == "Q"     # not NumPy's 'l' / 'L'
+    cases = [(q, np.arange(5, dtype="q") + N - 1),
              (np.array(RANK + 1.5), np.array(N - 1 + 1.5)),
              (np.full((2, 3, 4), RANK, np.float32), np.full((2, 3, 4), N - 1, np.float32)),
-             (np.arange(3, dtype="Q") * RANK, np.arange(3, dtype="Q") * (N - 1))]
+             (uq, np.arange(3, dtype="Q") * (N - 1))]
     for k, (x, want) in enumerate(cases):
         got = LEAN.allreduce(x, hvd.Max, f"alias.{k}", None, hvd.global_process_set, False)
         if got is None:
@@ -66,34 +73,52 @@ def test_aliases_and_shapes_the_face_takes():
     assert_everywhere(failures)
 
 
+class Name(str):
+    pass
+
+
 def declined():
     """(what, call) pairs the face must leave to the general path."""
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
+    swapped = np.ones(4, np.dtype("f4").newbyteorder())
     g = hvd.global_process_set
     return [
-        ("a list", lambda: LEAN.allreduce([1.0, 2.0], hvd.Sum, "d", None, g, False)),
-        ("a Fortran array", lambda: LEAN.allreduce(np.asfortranarray(a), hvd.Sum, "d", None, g, False)),
-        ("a strided view", lambda: LEAN.allreduce(a[:, ::2], hvd.Sum, "d", None, g, False)),
-        ("read-only in place", lambda: LEAN.allreduce(ro, hvd.Sum, "d", None, g, True)),
-        ("byte-swapped", lambda: LEAN.allreduce(np.ones(4, ">f4"), hvd.Sum, "d", None, g, False)),
-        ("object dtype", lambda: LEAN.allreduce(np.array([1, None]), hvd.Sum, "d", None, g, False)),
-        ("bool dtype", lambda: LEAN.allreduce(np.ones(2, bool), hvd.Sum, "d", None, g, False)),
-        ("complex dtype", lambda: LEAN.allreduce(np.ones(2, np.complex64), hvd.Sum, "d", None, g, False)),
-        ("op as an int", lambda: LEAN.allreduce(a, 0, "d", None, g, False)),
-        ("op as a str", lambda: LEAN.allreduce(a, "sum", "d", None, g, False)),
-        ("Adasum", lambda: LEAN.allreduce(a, hvd.Adasum, "d", None, g, False)),
+        ("a list", lambda: LEAN.allreduce([1.0, 2.0], hvd.Sum, None, None, g, False)),
+        ("a Fortran array", lambda: LEAN.allreduce(np.asfortranarray(a), hvd.Sum, None, None, g, False)),
+        ("a strided view", lambda: LEAN.allreduce(a[:, ::2], hvd.Sum, None, None, g, False)),
+        ("an ndarray subclass", lambda: LEAN.allreduce(np.ma.array(a), hvd.Sum, None, None, g, False)),
+        ("read-only in place", lambda: LEAN.allreduce(ro, hvd.Sum, None, None, g, True)),
+        ("byte-swapped", lambda: LEAN.allreduce(swapped, hvd.Sum, None, None, g, False)),
+        ("bool dtype", lambda: LEAN.allreduce(np.ones(2, bool), hvd.Sum, None, None, g, False)),
+        ("object dtype", lambda: LEAN.allreduce(np.array([1, None]), hvd.Sum, None, None, g, False)),
+        ("complex dtype", lambda: LEAN.allreduce(np.ones(2, np.complex64), hvd.Sum, None, None, g, False)),
+        ("op as an int", lambda: LEAN.allreduce(a, 0, None, None, g, False)),
+        ("op as a str", lambda: LEAN.allreduce(a, "sum", None, None, g, False)),
+        ("Adasum", lambda: LEAN.allreduce(a, hvd.Adasum, None, None, g, False)),
         ("a name that is an int", lambda: LEAN.allreduce(a, hvd.Sum, 7, None, g, False)),
-        ("an unknown algorithm", lambda: LEAN.allreduce(a, hvd.Sum, "d", "fastest", g, False)),
-        ("algorithm not a str", lambda: LEAN.allreduce(a, hvd.Sum, "d", 3, g, False)),
-        ("another process set", lambda: LEAN.allreduce(a, hvd.Sum, "d", None, hvd.ProcessSet([0]), False)),
-        ("async, a list", lambda: LEAN.allreduce_async([1.0], hvd.Sum, "d", None, g, False)),
+        ("a str subclass as the name", lambda: LEAN.allreduce(a, hvd.Sum, Name("n"), None, g, False)),
+        ("an unknown algorithm", lambda: LEAN.allreduce(a, hvd.Sum, None, "fastest", g, False)),
+        ("algorithm not a str", lambda: LEAN.allreduce(a, hvd.Sum, None, 3, g, False)),
+        ("process_set=None", lambda: LEAN.allreduce(a, hvd.Sum, None, None, None, False)),
+        ("another process set", lambda: LEAN.allreduce(a, hvd.Sum, None, None, hvd.ProcessSet([0]), False)),
+        ("async, a list", lambda: LEAN.allreduce_async([1.0], hvd.Sum, None, None, g, False)),
+        ("async, op as an int", lambda: LEAN.allreduce_async(a, 0, None, None, g, True)),
+        ("async, Adasum", lambda: LEAN.allreduce_async(a, hvd.Adasum, None, None, g, True)),
     ]
 
 
 def test_what_the_face_leaves_to_the_general_path():
+    """Declined calls, unnamed: each returns None, and none takes an automatic name (a rank
+    that took one alone would meet the others' calls under shifted names)."""
+    namer = hvd._current().global_state.auto_name
+    before = namer("allreduce")
     failures = [what for what, call in declined() if call() is not None]
+    after = namer("allreduce")
+    k = int(before.rsplit(".", 1)[1])
+    if after != before.rsplit(".", 1)[0] + f".{(k + 1) % 60}":
+        failures.append(f"automatic names taken: {before} then {after}")
     assert_everywhere(failures)
 
 
@@ -106,20 +131,31 @@ def test_the_general_path_still_names_what_is_wrong():
     expect_raise_everywhere(lambda: hvd.allreduce(np.ones(3, np.float32), name="lean.alg",
                                                   algorithm="fastest"),
                             InvalidArgumentError, "fastest")
-    got = hvd.allreduce(np.ones(4, ">f4") * (RANK + 1), op=hvd.Sum, name="lean.swapped")
-    want = np.full(4, N * (N + 1) / 2, np.float32)
-    assert_everywhere([] if np.array_equal(got, want) else [f"byte-swapped: {got}"])
+    swapped = np.full(4, RANK + 1, np.dtype("f4").newbyteorder())
+    expect_raise_everywhere(lambda: hvd.allreduce(swapped, op=hvd.Sum, name="lean.swapped"),
+                            DtypeError, "dtype")
     got = hvd.allreduce([1, 2], op="sum", name="lean.list")
     assert_everywhere([] if list(got) == [N, 2 * N] else [f"a list with op 'sum': {got}"])
+    got = hvd.allreduce(np.full(3, RANK, np.float32), op=hvd.Sum, process_set=None,
+                        name="lean.none")
+    want = np.full(3, N * (N - 1) / 2, np.float32)
+    assert_everywhere([] if np.array_equal(got, want) else [f"process_set=None: {got}"])
 
 
-def test_a_bad_default_algorithm_is_not_cached_as_good():
-    """algorithm='shm' where the segment is off is refused by every call, lean or not."""
+def test_shm_where_the_segment_is_off_is_refused_and_not_cached():
+    """algorithm='shm' where the segment is off: the face leaves it (the general path raises on
+    every rank), and its table of algorithm codes does not keep it."""
     if hvd._current().shm_info["available"]:
         pytest.skip("the segment is available here")
-    for _ in range(2):
-        expect_raise_everywhere(lambda: hvd.allreduce(np.ones(2, np.float32), algorithm="shm"),
-                                InvalidArgumentError, "unavailable")
+    failures = []
+    if LEAN.allreduce(np.ones(2, np.float32), hvd.Sum, None, "shm",
+                      hvd.global_process_set, False) is not None:
+        failures.append("the face took algorithm='shm'")
+    if "shm" in hvd._current().global_state.algorithm_codes:
+        failures.append("'shm' was cached as an algorithm")
+    assert_everywhere(failures)
+    expect_raise_everywhere(lambda: hvd.allreduce(np.ones(2, np.float32), algorithm="shm"),
+                            InvalidArgumentError, "unavailable")
 
 
 def test_shutdown_takes_the_face_away():
