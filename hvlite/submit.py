@@ -77,10 +77,6 @@ class ArrayHandle(Handle):
 lean_handle(ArrayHandle)
 
 
-def _algorithm_code(algorithm, rt):
-    return algorithm_code(algorithm, rt.settings.allreduce_algorithm, rt.shm_info)
-
-
 def _dtype_code(x, name, kind):
     code = code_of(x.dtype)
     if code < 0:
@@ -228,7 +224,7 @@ def _allreduce_check(rt, x, op, algorithm, inplace, name):
         code = _dtype_code(x, name, "allreduce")
         algo = _adasum_algorithm(x, code, algorithm, name)
     else:
-        algo = _algorithm_code(algorithm, rt)
+        algo = algorithm_code(algorithm, rt.settings.allreduce_algorithm, rt.shm_info)
         code = _dtype_code(x, name, "allreduce")
     o = int(o)
     if inplace and not x.flags.writeable:
