@@ -16,7 +16,7 @@ from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.work import Work
-from hvlite.ops import Adasum, Average, Max, Min, Product, Sum, as_op
+from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum, as_op
 
 _exception, _DONE = _codes.exception, _codes.DONE
 
@@ -325,7 +325,8 @@ def reducescatter_now(x, op, name, process_set):
     """reducescatter of a plain C-contiguous NumPy array of at least one dimension on the global
     set with a plain op, the lean way (as allreduce_now); None: the general path takes it."""
     code = _plain_code(x, name, process_set, False)
-    o = _NOW_OPS.get(op)
+    # only hvlite's own ops are looked up: an unhashable op would raise here on one rank alone
+    o = _NOW_OPS.get(op) if type(op) is ReduceOp else None
     if code is None or o is None or x.ndim == 0:
         return None
     st = runtime.current().global_state

@@ -54,6 +54,17 @@ CASES = {
     "bad-op-reducescatter": (lambda: hvd.reducescatter(np.ones(N), op="median", name="rs"),
                              lambda: hvd.reducescatter(np.ones(N), op=hvd.Sum, name="rs"),
                              hvd.InvalidArgumentError, "median"),
+    # an op that cannot be hashed (a list) must not break a lean path's table lookup on the
+    # culprit alone: the general path names it on every rank
+    "unhashable-op-reducescatter": (lambda: hvd.reducescatter(np.ones(N), op=["sum"], name="rsu"),
+                                    lambda: hvd.reducescatter(np.ones(N), op=hvd.Sum, name="rsu"),
+                                    hvd.InvalidArgumentError, "'rsu'"),
+    "unhashable-op-allreduce": (lambda: hvd.allreduce(np.ones(4), op=["sum"], name="aru"),
+                                lambda: hvd.allreduce(np.ones(4), op=hvd.Sum, name="aru"),
+                                hvd.InvalidArgumentError, "'aru'"),
+    "unhashable-op-allreduce_": (lambda: hvd.allreduce_(np.ones(4), op={}, name="aru_"),
+                                 lambda: hvd.allreduce_(np.ones(4), op=hvd.Sum, name="aru_"),
+                                 hvd.InvalidArgumentError, "'aru_'"),
     "reducescatter-0d": (lambda: hvd.reducescatter(np.float64(2.0) * np.ones(()), name="rs0"),
                          lambda: hvd.reducescatter(np.ones(N), name="rs0"),
                          hvd.InvalidArgumentError, "'rs0'", "0-d"),
