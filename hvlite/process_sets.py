@@ -11,14 +11,13 @@ order each rank happened to reach them, and ranks that own different sets would 
 separate threads a set waits only for its own members, and an idle set sleeps.
 """
 import dataclasses
-import itertools
 import threading
 import weakref
 
 import numpy as np
 
 from hvlite.errors import InvalidArgumentError
-from hvlite.outputs import OutputPool
+from hvlite.outputs import MIN_BYTES, OutputPool
 from hvlite.config import ALGORITHMS
 from hvlite.ops import ReduceOp
 
@@ -130,32 +129,8 @@ def _lean(Lean, st, default, shm):
     def code(algorithm):
         return algorithm_code(algorithm, default, shm)
 
-    return Lean(st.coordinator, ReduceOp, global_process_set, st.auto_name, st.outputs.take, code,
-                st.algorithm_codes, _handles[0], AUTO_MARK)
-
-
-class AutoNames:
-    """A set's automatic names, by kind. Names cycle through AUTO_NAMES (every rank submits
-    unnamed collectives in the same order, so the k-th is the same call everywhere, whatever the
-    arguments: a rank whose k-th call differs meets the others' under one name and gets the
-    mismatch). The response cache holds a name in one variant per metadata it was agreed with,
-    so a loop of any count of unnamed calls finds each call's (name, metadata) in the cache once
-    lcm(count, AUTO_NAMES) calls have run. Apart from the SetState, so that the lean face can
-    hold it without a reference cycle back to the set (which would keep the coordinator, and
-    its segment, alive after shutdown until the garbage collector ran)."""
-
-    __slots__ = ("names",)
-
-    def __init__(self):
-        self.names = {}
-
-    def __call__(self, kind):
-        """The next automatic name of this kind."""
-        names = self.names.get(kind)
-        if names is None:       # setdefault: two threads' first calls share one cycle
-            names = self.names.setdefault(kind, itertools.cycle(
-                [f"{kind}{AUTO_MARK}{k}" for k in range(AUTO_NAMES)]))
-        return next(names)
+    return Lean(st.coordinator, ReduceOp, global_process_set, st.auto_name, st.outputs.take,
+                MIN_BYTES, code, st.algorithm_codes, _handles[0])
 
 
 class SetState:
@@ -164,7 +139,7 @@ class SetState:
 
     def __init__(self, rt, set_id, ranks, comm, local, cross, autotune=False):
         from hvlite._core.coordinator import Coordinator
-        from hvlite._core.lean import Lean      # before anything is made that must be freed
+        from hvlite._core.lean import AutoNames, Lean   # before anything is made that must be freed
         s = rt.settings
         self.id, self.ranks = set_id, ranks
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
@@ -184,7 +159,10 @@ class SetState:
                                                               rt.shm_info["available"]))
         if autotune:
             self.coordinator.autotune(log_path=s.autotune_log or None)
-        self.auto_name = AutoNames()
+        # automatic names (apart from the set: the lean face holds them without a reference
+        # cycle back to it, which would keep the coordinator and its segment alive after
+        # shutdown until the garbage collector ran)
+        self.auto_name = AutoNames(AUTO_MARK, AUTO_NAMES)
         # out-of-place results, reused by name; on one node from the shared output arena
         self.outputs = OutputPool(_arena_take() if self.coordinator.outputs_shared() else None)
         self.algorithm_codes = {}              # algorithm= (None: the default) -> its code

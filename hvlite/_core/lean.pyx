@@ -27,28 +27,70 @@ cdef enum:
     TYPES = 32          # NumPy's builtin type numbers (bool .. half) are below this
 
 
+cdef class NameCycle:
+    """One kind's automatic names, in turn (taken under the GIL: one order per rank)."""
+    cdef list names
+    cdef Py_ssize_t at
+
+    cdef str take(self):
+        cdef str name = self.names[self.at]
+        self.at = self.at + 1 if self.at + 1 < len(self.names) else 0
+        return name
+
+
+cdef class AutoNames:
+    """A set's automatic names, by kind: "<kind><mark><k>" for k = 0 .. count - 1, then round
+    again. Every rank submits unnamed collectives in one order, so the k-th is the same call
+    everywhere whatever its arguments (a rank whose k-th call differs meets the others' under
+    one name and gets the mismatch), and the response cache holds a name in one variant per
+    metadata it was agreed with, so a loop of any count of unnamed calls finds each call's
+    (name, metadata) in the cache once lcm(count, names) calls have run. Counted here so that
+    the lean face takes one without a Python call; the general path calls the object."""
+    cdef dict cycles
+    cdef readonly str mark
+    cdef readonly int count
+
+    def __init__(self, str mark, int count):
+        self.cycles, self.mark, self.count = {}, mark, count
+
+    cdef NameCycle cycle(self, str kind):
+        cdef NameCycle c = self.cycles.get(kind)
+        if c is None:
+            c = NameCycle.__new__(NameCycle)
+            c.names = [f"{kind}{self.mark}{k}" for k in range(self.count)]
+            c.at = 0
+            self.cycles[kind] = c
+        return c
+
+    def __call__(self, str kind):
+        """The next automatic name of this kind."""
+        return self.cycle(kind).take()
+
+
 cdef class Lean:
     """One set's lean face (process_sets.SetState makes it; runtime.lean holds the global set's
     while a runtime runs). Its callables come from the layers above the core, which it does not
     import: the op type, the set's namer and output pool, the algorithm= check, the handle."""
     cdef object submit            # the set's Coordinator.submit
+    cdef object run_now           # and its Coordinator.run_now (synchronous calls)
     cdef object ops               # the reduction op type (hvlite.ops.ReduceOp)
     cdef object process_set       # the global set: other sets take the general path
-    cdef object namer             # kind -> the set's next automatic name
+    cdef NameCycle names          # the set's automatic all-reduce names
     cdef object take              # (name, like, keep) -> an output array from the set's pool
+    cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
     cdef object algorithm_code    # algorithm= value -> its code (raises for a bad one)
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
     cdef object handle            # (pending, out, name) -> the caller's handle
     cdef str mark                 # in every automatic name
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
 
-    def __init__(self, coordinator, ops, process_set, namer, take, algorithm_code,
-                 dict algorithms, handle, str mark):
+    def __init__(self, coordinator, ops, process_set, AutoNames namer, take, Py_ssize_t pooled,
+                 algorithm_code, dict algorithms, handle):
         cdef int t
-        self.submit = coordinator.submit
-        self.ops, self.process_set, self.namer, self.take = ops, process_set, namer, take
-        self.algorithm_code, self.algorithms, self.handle, self.mark = (
-            algorithm_code, algorithms, handle, mark)
+        self.submit, self.run_now = coordinator.submit, coordinator.run_now
+        self.ops, self.process_set, self.take, self.pooled = ops, process_set, take, pooled
+        self.names, self.mark = namer.cycle("allreduce"), namer.mark
+        self.algorithm_code, self.algorithms, self.handle = algorithm_code, algorithms, handle
         for t in range(TYPES):
             self.codes[t] = -1
         for n in _DTYPES:
@@ -70,6 +112,7 @@ cdef class Lean:
         """(name, Submission, out) for a call this face takes, else None."""
         cdef cnp.ndarray a
         cdef int flags, dt, o, algo
+        cdef bint auto = not name
         cdef Submission s
         if type(x) is not cnp.ndarray or process_set is not self.process_set:
             return None
@@ -99,19 +142,23 @@ cdef class Lean:
         algo = code
         # The output before an automatic name: an allocation that fails here goes back to the
         # general path (which poisons the call on every rank) with no name taken on this rank
-        # alone. Automatic names are not pooled (take's keep=False: a new array).
+        # alone. Small outputs and automatic names' are not pooled (a new array, made here for
+        # small ones: the pool's own rule, without its call).
         if inplace:
             out = x
         else:
             try:
-                out = self.take(name, x, bool(name) and self.mark not in name)
+                if cnp.PyArray_NBYTES(a) < self.pooled:
+                    out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), cnp.PyArray_TYPE(a), 0)
+                else:
+                    out = self.take(name, x, not auto and self.mark not in name)
             except MemoryError:
                 return None
-        if not name:
-            name = self.namer("allreduce")
+        if auto:
+            name = self.names.take()
         s = Submission.__new__(Submission)
         s.collective, s.dtype, s.op, s.algorithm = C_ALLREDUCE, dt, o, algo
-        s.reused = self.mark in name
+        s.reused = auto or self.mark in name
         return name, s, out
 
     def allreduce(self, x, op, name, algorithm, process_set, bint inplace):
@@ -122,7 +169,9 @@ cdef class Lean:
             return None
         name, s, out = got
         (<Submission>s).inline = True
-        p = self.submit(name, s, x, out)
+        p = self.run_now(name, s, x, out)
+        if p is None:       # completed in its first round, on this thread
+            return out
         if type(p) is tuple:
             raise _exception(*p)
         cdef Pending q = <Pending>p

@@ -23,6 +23,7 @@ cdef class Ledger:
     cdef vector[Request*] completed     # held requests completed since the last sweep (under mon)
     cdef hv_monitor* mon
     cdef int track(self, Pending p) except -1
+    cdef int track_late(self, Pending p) except -1
     cdef int sweep(self) except -1
     cdef Pending dropped(self, const string& name, bint any_handle)
 

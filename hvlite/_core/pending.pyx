@@ -165,6 +165,22 @@ cdef class Ledger:
         self.live.add(p)
         return 0
 
+    cdef int track_late(self, Pending p) except -1:
+        """Hold `p`, whose request the coordinator can see already (run_now): the request is
+        marked held under the completion monitor, so either the coordinator finds it held when
+        it completes it (and the next sweep lets go of it), or it completed before and is not
+        held at all."""
+        cdef bint done
+        self.sweep()
+        hv_lock(self.mon)
+        done = hv_load(&p.req.status) != ST_PENDING
+        if not done:
+            p.req.held = <void*>p
+        hv_unlock(self.mon)
+        if not done:
+            self.live.add(p)
+        return 0
+
     cdef int sweep(self) except -1:
         """Let go of the requests completed since the last sweep: a dropped handle's buffers
         are released at the first hvlite call on this rank after its request completes, the

@@ -32,8 +32,13 @@ cdef class Submission:
 
 cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL:
     cdef vector[int64_t] shape, splits
-    for d in (s.shape if s.shape is not None else ((<object>inp).shape if inp is not None else ())):
-        shape.push_back(d)
+    cdef int k
+    if s.shape is not None:
+        for d in s.shape:
+            shape.push_back(d)
+    elif inp is not None:       # the input's own shape, read from its C fields
+        for k in range(cnp.PyArray_NDIM(inp)):
+            shape.push_back(cnp.PyArray_DIMS(inp)[k])
     if s.splits is not None:
         for v in s.splits:
             splits.push_back(v)

@@ -21,6 +21,7 @@ cdef struct Context:
     CostModel model
     ShmArea shm          # the node's shared segment (shm.base NULL: none, e.g. HVLITE_SHM=0)
     bint shm_ok          # every node has one: shm and hierarchical-over-shm may run
+    bint stamps          # the timeline records: items are stamped at each phase (else 0)
     bint direct_ok       # one node whose ranks read each other's buffers (shm/cma.pyx)
     bint ptracer_held    # this context holds cma's ptracer (released in context_free)
     OutMap* outs         # then per node rank its output arena mapped here (shm/arena.pyx), or NULL

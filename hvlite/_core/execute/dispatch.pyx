@@ -58,6 +58,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     """options: see execute/dispatch.pxd. Collective over comm."""
     cdef int i, a
     c.outs = NULL
+    c.stamps = False
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi

@@ -80,7 +80,7 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
     cdef bint adasum = op == OP_ADASUM
     cdef size_t es = dtype_size(dtype), total = 0, off = 0, n, k
     cdef char* buf
-    cdef double t0 = hv_now(), t1, t2
+    cdef double t0 = hv_now() if c.stamps else 0, t1, t2
     for k in batch:
         total += item_count(items[k].meta)
         items[k].start = t0
@@ -117,7 +117,7 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
             fill_identity(buf, total, dtype, op)
             err = _reduce(c, buf, total, dtype, op, algo, divisor, items, batch)
         it.packed = t0
-        it.ran = it.unpacked = hv_now()
+        it.ran = it.unpacked = hv_now() if c.stamps else 0
         if it.req == NULL:
             free(buf)
         else:
@@ -132,9 +132,9 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
         else:
             fill_identity(f.buf + off * es, n, dtype, op)
         off += n
-    t1 = hv_now()
+    t1 = hv_now() if c.stamps else 0
     err = _reduce(c, f.buf, total, dtype, op, algo, divisor, items, batch)
-    t2 = hv_now()
+    t2 = hv_now() if c.stamps else 0
     off = 0
     for k in batch:
         n = item_count(items[k].meta)
@@ -142,7 +142,7 @@ cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[
             memcpy(items[k].req.output, f.buf + off * es, n * es)
             items[k].req.algorithm_used = algo
         off += n
-    t0 = hv_now()
+    t0 = hv_now() if c.stamps else 0
     for k in batch:
         items[k].packed = t1
         items[k].ran = t2
@@ -169,7 +169,7 @@ cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& b
     for k in batch:
         if items[k].req != NULL and not err:
             items[k].req.algorithm_used = ALG_SHM
-    t1 = hv_now()
+    t1 = hv_now() if c.stamps else 0
     for k in batch:             # packing, reduction and unpacking are one pipelined pass
         items[k].packed = t0
         items[k].ran = t1
