@@ -269,28 +269,34 @@ cdef class Coordinator:
         cdef Py_ssize_t n
         cdef const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n)     # a str: the lean face's
         cdef Request* req = new_request(s, string(utf8, n), inp, out)
+        # The spare is this call's until it is put back (another thread's call, made while this
+        # one runs its round without the GIL, makes its own).
         cdef Pending p = self.spare
         cdef int took, status
+        self.spare = None
         keep = inp if out is inp else (inp, out)     # made before too: in place, no new object
         if p is None:       # made before the round: nothing can fail once the request is in
             # (no owner until given out: a spare pointing back here would be a reference cycle,
             # keeping the coordinator and its segment alive after shutdown until a collection)
-            p = self.spare = make_pending(NULL, &self.dmon, None, None)
+            p = make_pending(NULL, &self.dmon, None, None)
         with nogil:
             took = self._take_now(req)
-        if not took:
+        if took == 0:
+            self.spare = p
             del req
             return self.submit(name, s, inp, out)
-        status = hv_load(&req.status)
         if self.ledger.live:        # dropped handles completed meanwhile are let go, as submit does
             self.ledger.sweep()
-        if status == ST_PENDING:
-            # Held from here as submit's are. The coordinator may complete it meanwhile: the
-            # ledger learns of that under the completion monitor (track_late).
-            self.spare = None
+        if took == 1:
+            # In flight when the round lock was let go: held from here as submit's are. Another
+            # thread may complete it meanwhile (or has): the ledger learns of that under the
+            # completion monitor (track_late), and the Pending frees it under that monitor too.
             p.req, p.owner, p.keep = req, self, keep
             self.ledger.track_late(p)
             return p
+        # completed in this thread's own round: nobody else touches it
+        self.spare = p
+        status = hv_load(&req.status)
         try:
             if status == ST_DONE:
                 return None
@@ -300,10 +306,11 @@ cdef class Coordinator:
             del req
 
     cdef int _take_now(self, Request* req) noexcept nogil:
-        """run_now's round: 0 when something else is under way (nothing done), else 1 once one
-        round has run with `req` (completed, failed, or still pending and in self.pending)."""
+        """run_now's round: 0 when something else is under way (nothing done); else, once one
+        round has run with `req`, 2 when that round completed it (or failed it), 1 when it was
+        still in flight as the round lock was let go (another thread may complete it since)."""
         cdef Watch* saved
-        cdef bint ok, last, kick
+        cdef bint ok, last, kick, left, done
         if not hv_trylock(&self.rmon):
             return 0
         hv_lock(&self.qmon)
@@ -321,13 +328,15 @@ cdef class Coordinator:
         last = self._step() != 0
         kick = self.watch.ctl != MPI_COMM_NULL and self.watch.wanted > self.watch.clock
         watch_bind(saved)
+        done = hv_load(&req.status) != ST_PENDING      # read while only this thread runs rounds
+        left = not self.pending.empty()
         self._release_round()
-        if not last and (kick or hv_load(&req.status) == ST_PENDING or not self.pending.empty()):
+        if not last and (kick or left):
             hv_lock(&self.qmon)     # what is left is the coordinator thread's
             self.kick = self.kick or kick
             hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
-        return 1
+        return 2 if done else 1
 
     def sweep(self):
         self.ledger.sweep()

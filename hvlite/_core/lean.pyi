@@ -14,7 +14,7 @@ class AutoNames:
 
 class Lean:
     def __init__(self, coordinator: Any, ops: type, process_set: Any, namer: AutoNames,
-                 take: Callable[[str, Any, bool], Any], pooled: int,
+                 outputs: Any, pooled: int,
                  algorithm_code: Callable[[str | None], int], algorithms: dict,
                  handle: Callable[[Any, Any, str], Any]) -> None: ...
     # The output array (sync) or a handle (async); None: the general path takes the call.

@@ -14,6 +14,8 @@ on this rank alone."""
 import numpy as np
 cimport numpy as cnp
 from cpython.long cimport PyLong_AsLong
+from cpython.dict cimport PyDict_GetItem
+from cpython.ref cimport PyObject, Py_REFCNT
 from hvlite._core.codes cimport *
 from hvlite._core.request cimport *
 from hvlite._core.pending cimport Pending
@@ -55,11 +57,11 @@ cdef class AutoNames:
 
     cdef NameCycle cycle(self, str kind):
         cdef NameCycle c = self.cycles.get(kind)
-        if c is None:
+        if c is None:       # setdefault: two threads' first calls share one cycle
             c = NameCycle.__new__(NameCycle)
             c.names = [f"{kind}{self.mark}{k}" for k in range(self.count)]
             c.at = 0
-            self.cycles[kind] = c
+            c = self.cycles.setdefault(kind, c)
         return c
 
     def __call__(self, str kind):
@@ -77,6 +79,8 @@ cdef class Lean:
     cdef object process_set       # the global set: other sets take the general path
     cdef NameCycle names          # the set's automatic all-reduce names
     cdef object take              # (name, like, keep) -> an output array from the set's pool
+    cdef object kept              # the pool's last result of each name (its OrderedDict)
+    cdef object keep_last         # its move_to_end: that name was used last
     cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
     cdef object algorithm_code    # algorithm= value -> its code (raises for a bad one)
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
@@ -84,11 +88,12 @@ cdef class Lean:
     cdef str mark                 # in every automatic name
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
 
-    def __init__(self, coordinator, ops, process_set, AutoNames namer, take, Py_ssize_t pooled,
+    def __init__(self, coordinator, ops, process_set, AutoNames namer, outputs, Py_ssize_t pooled,
                  algorithm_code, dict algorithms, handle):
         cdef int t
         self.submit, self.run_now = coordinator.submit, coordinator.run_now
-        self.ops, self.process_set, self.take, self.pooled = ops, process_set, take, pooled
+        self.ops, self.process_set, self.pooled = ops, process_set, pooled
+        self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
         self.names, self.mark = namer.cycle("allreduce"), namer.mark
         self.algorithm_code, self.algorithms, self.handle = algorithm_code, algorithms, handle
         for t in range(TYPES):
@@ -150,8 +155,12 @@ cdef class Lean:
             try:
                 if cnp.PyArray_NBYTES(a) < self.pooled:
                     out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), cnp.PyArray_TYPE(a), 0)
+                elif auto or self.mark in name:
+                    out = self.take(name, x, False)
                 else:
-                    out = self.take(name, x, not auto and self.mark not in name)
+                    out = self._kept(name, a)
+                    if out is None:
+                        out = self.take(name, x, True)
             except MemoryError:
                 return None
         if auto:
@@ -160,6 +169,25 @@ cdef class Lean:
         s.collective, s.dtype, s.op, s.algorithm = C_ALLREDUCE, dt, o, algo
         s.reused = auto or self.mark in name
         return name, s, out
+
+    cdef object _kept(self, str name, cnp.ndarray a):
+        """The pool's last result of `name` when nothing but the pool holds it and it is shaped
+        and typed like `a` (the pool's own rule, OutputPool._take, without its call), else None."""
+        cdef PyObject* p = PyDict_GetItem(self.kept, name)
+        cdef cnp.ndarray prev
+        cdef int k
+        if p == NULL or Py_REFCNT(<object>p) != 1 or type(<object>p) is not cnp.ndarray:
+            return None
+        prev = <cnp.ndarray>p
+        if (cnp.PyArray_NDIM(prev) != cnp.PyArray_NDIM(a)
+                or not cnp.PyArray_EquivTypes(<cnp.dtype>cnp.PyArray_DESCR(prev),
+                                              <cnp.dtype>cnp.PyArray_DESCR(a))):
+            return None
+        for k in range(cnp.PyArray_NDIM(a)):
+            if cnp.PyArray_DIMS(prev)[k] != cnp.PyArray_DIMS(a)[k]:
+                return None
+        self.keep_last(name)
+        return prev
 
     def allreduce(self, x, op, name, algorithm, process_set, bint inplace):
         """The synchronous all-reduce: its output, run to completion on this thread (as the

@@ -220,6 +220,45 @@ def test_synchronous_calls_beside_async_ones_and_threads():
     assert_everywhere(failures)
 
 
+def test_pooled_outputs_are_reused_only_when_nobody_holds_them():
+    """Out of place from the pool's 64 KiB up, the face reuses a name's last result only when
+    nothing but the pool holds it (no variable, no view) and it has the shape and dtype asked
+    for (the pool's rule): a result still held is never overwritten."""
+    pool = hvd._current().global_state.outputs
+    failures = []
+    x = np.arange(20000, dtype=np.float32) + RANK         # 80 KB: pooled
+    want = sum(np.arange(20000, dtype=np.float32) + r for r in range(N))
+
+    def call(a=x):
+        return LEAN.allreduce(a, hvd.Sum, "lean.pool", None, hvd.global_process_set, False)
+    call(), call()          # kept from the name's second call on
+    first = call()
+    kept = pool.arrays.get("lean.pool")
+    if kept is not first:
+        failures.append("the result is not the one the pool keeps")
+    view = first[5:]
+    second = call()
+    if second is first or not np.array_equal(first, want) or not np.array_equal(second, want):
+        failures.append("a held result was reused or overwritten")
+    del first, view, kept
+    third = call()
+    if third is not second and pool.arrays.get("lean.pool") is not third:
+        failures.append("third result not kept")
+    del second
+    kept_id = id(pool.arrays.get("lean.pool"))
+    del third
+    fourth = call()
+    if id(fourth) != kept_id:
+        failures.append("a result nobody held was not reused")
+    other = call(x.astype(np.float64))
+    if other.dtype != np.float64 or not np.array_equal(other, want.astype(np.float64)):
+        failures.append(f"another dtype under the name: {other.dtype}")
+    for got in (fourth,):
+        if not np.array_equal(got, want):
+            failures.append("a reused result is wrong")
+    assert_everywhere(failures)
+
+
 def test_shutdown_takes_the_face_away():
     """Last: after shutdown the public call raises the general path's error, and never submits
     to a stopped coordinator through a face left behind."""
