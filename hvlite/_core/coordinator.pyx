@@ -264,8 +264,8 @@ cdef class Coordinator:
         code) when it failed or was refused, or a Pending the caller waits on as for submit()
         (its first round did not complete it: a peer not there yet, a cache miss). Anything
         else under way (queued work, another thread's round, a name in flight) goes through
-        submit(). That is half of submit's lock turns, and no Python object made, on the
-        commonest call (a named 4 KiB all-reduce on one node: 16 -> 8 turns)."""
+        submit(). That is half of submit's lock turns, and no Pending made, on the commonest
+        call (a named 4 KiB all-reduce on one node: 16 -> 8 turns)."""
         cdef Py_ssize_t n
         cdef const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n)     # a str: the lean face's
         cdef Request* req = new_request(s, string(utf8, n), inp, out)
