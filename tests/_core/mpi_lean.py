@@ -176,7 +176,13 @@ def test_a_call_its_first_round_does_not_complete():
     a = np.full(5, RANK + 1.0, np.float32)
     failures = []
     if RANK == N - 1:
-        time.sleep(0.8)     # past the ping time (0.25 s): the others' round is answered empty
+        # Late until this rank's coordinator has answered the others' round (their liveness
+        # ping brings it in, with nothing to offer): the only round they can be running.
+        deadline = time.monotonic() + 60
+        while c.rounds == rounds:
+            if time.monotonic() > deadline:
+                pytest.fail(f"rank {RANK}: the others' round never pinged this rank")
+            time.sleep(0.005)
     got = hvd.allreduce(a, op=hvd.Sum, name="lean.late")
     if RANK != N - 1 and c.rounds - rounds < 2:
         failures.append(f"rank {RANK}: the call took {c.rounds - rounds} round(s)")
