@@ -147,16 +147,14 @@ cdef class Lean:
         algo = code
         # The output before an automatic name: an allocation that fails here goes back to the
         # general path (which poisons the call on every rank) with no name taken on this rank
-        # alone. Small outputs and automatic names' are not pooled (a new array, made here for
-        # small ones: the pool's own rule, without its call).
+        # alone. Small outputs and automatic names' are not pooled: a new array, made here (the
+        # pool's own rule, hvlite/outputs.py, without its call; so is the reuse in _kept).
         if inplace:
             out = x
         else:
             try:
-                if cnp.PyArray_NBYTES(a) < self.pooled:
+                if cnp.PyArray_NBYTES(a) < self.pooled or auto or self.mark in name:
                     out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), cnp.PyArray_TYPE(a), 0)
-                elif auto or self.mark in name:
-                    out = self.take(name, x, False)
                 else:
                     out = self._kept(name, a)
                     if out is None:

@@ -259,9 +259,11 @@ def test_pooled_outputs_are_reused_only_when_nobody_holds_them():
     other = call(x.astype(np.float64))
     if other.dtype != np.float64 or not np.array_equal(other, want.astype(np.float64)):
         failures.append(f"another dtype under the name: {other.dtype}")
-    for got in (fourth,):
-        if not np.array_equal(got, want):
-            failures.append("a reused result is wrong")
+    if not np.array_equal(fourth, want):
+        failures.append("a reused result is wrong")
+    unnamed = LEAN.allreduce(x, hvd.Sum, None, None, hvd.global_process_set, False)
+    if not np.array_equal(unnamed, want) or any(v is unnamed for v in pool.arrays.values()):
+        failures.append("an automatic name's result is wrong or kept by the pool")
     assert_everywhere(failures)
 
 
