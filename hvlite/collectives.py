@@ -133,9 +133,11 @@ def allgather_async(x, name=None, process_set=global_process_set):
 
 
 def allgather(x, name=None, process_set=global_process_set):
-    done = host.allgather_now(x, name, process_set)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.allgather(x, name, process_set)
+        if done is not None:
+            return done
     return path_of(x).allgather(x, name, process_set, sync=True)
 
 
@@ -151,16 +153,20 @@ def broadcast_async_(x, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast(x, root_rank, name=None, process_set=global_process_set):
-    done = host.broadcast_now(x, root_rank, name, process_set, False)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.broadcast(x, root_rank, name, process_set, False)
+        if done is not None:
+            return done
     return path_of(x).broadcast(x, root_rank, name, process_set, sync=True)
 
 
 def broadcast_(x, root_rank, name=None, process_set=global_process_set):
-    done = host.broadcast_now(x, root_rank, name, process_set, True)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.broadcast(x, root_rank, name, process_set, True)
+        if done is not None:
+            return done
     return path_of(x).broadcast(x, root_rank, name, process_set, inplace=True, sync=True)
 
 
@@ -172,9 +178,11 @@ def alltoall_async(x, splits=None, name=None, process_set=global_process_set):
 
 
 def alltoall(x, splits=None, name=None, process_set=global_process_set):
-    done = host.alltoall_now(x, splits, name, process_set)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.alltoall(x, splits, name, process_set)
+        if done is not None:
+            return done
     return path_of(x).alltoall(x, splits, name, process_set, sync=True)
 
 
@@ -185,9 +193,11 @@ def reducescatter_async(x, op=Average, name=None, process_set=global_process_set
 
 
 def reducescatter(x, op=Average, name=None, process_set=global_process_set):
-    done = host.reducescatter_now(x, op, name, process_set)
-    if done is not None:
-        return done
+    lean = runtime.lean
+    if lean is not None:
+        done = lean.reducescatter(x, op, name, process_set)
+        if done is not None:
+            return done
     return path_of(x).reducescatter(x, op, name, process_set, sync=True)
 
 
@@ -199,7 +209,8 @@ join_async = host.join_async
 
 def barrier(process_set=global_process_set):
     """Wait until every rank of the set has called barrier()."""
-    if host.barrier_now(process_set) is None:
+    lean = runtime.lean
+    if lean is None or lean.barrier(process_set) is None:
         host.barrier_async(process_set, sync=True)
 
 

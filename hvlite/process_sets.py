@@ -129,8 +129,8 @@ def _lean(Lean, st, default, shm):
     def code(algorithm):
         return algorithm_code(algorithm, default, shm)
 
-    return Lean(st.coordinator, ReduceOp, global_process_set, st.auto_name, st.outputs,
-                MIN_BYTES, code, st.algorithm_codes, _handles[0])
+    return Lean(st.coordinator, ReduceOp, global_process_set, st.rank, st.size, st.auto_name,
+                st.outputs, MIN_BYTES, code, st.algorithm_codes, _handles[0])
 
 
 class SetState:

@@ -16,7 +16,7 @@ from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.work import Work
-from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum, as_op
+from hvlite.ops import Adasum, Average, as_op
 
 _exception, _DONE = _codes.exception, _codes.DONE
 
@@ -233,130 +233,9 @@ def _allreduce_check(rt, x, op, algorithm, inplace, name):
     return code, o, algo
 
 
-_NOW_OPS = {op: int(op) for op in (Sum, Average, Min, Max, Product)}
-_NOW_DTYPES = {}        # NumPy dtype -> hvlite code, filled as dtypes are seen
-
-
-def _now_code(dtype):
-    """hvlite's code of a NumPy dtype, or None (the general path then names the problem)."""
-    code = _NOW_DTYPES.get(dtype)
-    if code is None:
-        code = code_of(dtype)
-        if code < 0:
-            return None
-        _NOW_DTYPES[dtype] = code
-    return code
-
-
-def _plain_code(x, name, process_set, inplace):
-    """The dtype code of `x` when the lean paths can take it (a plain C-contiguous NumPy array,
-    writable if reduced in place, on the global set, a str name or none), else None."""
-    if (type(x) is not np.ndarray or process_set is not global_process_set
-            or (name is not None and type(name) is not str)):
-        return None
-    flags = x.flags
-    if not flags.c_contiguous or (inplace and not flags.writeable):
-        return None
-    return _now_code(x.dtype)
-
-
-def _now(st, name, kind, code, op, root, algo, x, out, finish=None):
-    """Submit on the caller's thread, run it to completion, raise what went wrong; returns
-    finish(pending) for results the coordinator allocated."""
-    p = st.coordinator.submit(name, Submission(kind, code, op, root, algo, inline=True,
-                                               reused=AUTO_MARK in name), x, out)
-    if type(p) is tuple:
-        raise _exception(*p)
-    if p.status != _DONE:
-        p.wait()
-        if p.status != _DONE:
-            raise _exception(p.error_kind, p.error, p.error_code)
-    result = None if finish is None else finish(p)
-    p.release()
-    return result
-
-
-def broadcast_now(x, root_rank, name, process_set, inplace):
-    """broadcast / broadcast_ of a plain C-contiguous NumPy array on the global set, the lean way
-    (as allreduce_now); None: the general path takes it."""
-    code = _plain_code(x, name, process_set, inplace)
-    if code is None or type(root_rank) is not int:
-        return None
-    st = runtime.current().global_state
-    if not 0 <= root_rank < st.size:
-        return None
-    out = x if inplace else np.empty_like(x)
-    _now(st, name or st.auto_name("broadcast"), BROADCAST, code, 0, root_rank, 0, x, out)
-    return out
-
-
-def allgather_now(x, name, process_set):
-    """allgather of a plain C-contiguous NumPy array of at least one dimension on the global
-    set, the lean way (as allreduce_now); None: the general path takes it."""
-    code = _plain_code(x, name, process_set, False)
-    if code is None or x.ndim == 0:
-        return None
-    st = runtime.current().global_state
-    name = name or st.auto_name("allgather")
-    out = _pooled(st, name, x, x.shape[0] * st.size)
-    return _now(st, name, ALLGATHER, code, 0, 0, 0, x, out, _gathered(x, out))
-
-
 def _block_rows(rows, size, rank):
     """Rows of reducescatter's result on `rank`: the first rows % size ranks get one more."""
     return rows // size + (1 if rank < rows % size else 0)
-
-
-def _pooled(st, name, x, rows):
-    """A pooled array for a result of `rows` rows like x's (what every rank sending as many rows
-    gives), or None for a small one (the heap serves those without page faults); the core writes
-    there only when the result has exactly its size."""
-    return st.outputs.take_shaped(name, (rows,) + x.shape[1:], x.dtype, keep=AUTO_MARK not in name)
-
-
-def _gathered(x, out):
-    """finish() of a collective whose result is rows like x's, as many as every rank's sum:
-    `out` when the core wrote it there."""
-    return lambda p: out if p.result_given else _rows(p.take_result(), x.dtype, x.shape[1:],
-                                                        p.result_total)
-
-
-def reducescatter_now(x, op, name, process_set):
-    """reducescatter of a plain C-contiguous NumPy array of at least one dimension on the global
-    set with a plain op, the lean way (as allreduce_now); None: the general path takes it."""
-    code = _plain_code(x, name, process_set, False)
-    # only hvlite's own ops are looked up: an unhashable op would raise here on one rank alone
-    o = _NOW_OPS.get(op) if type(op) is ReduceOp else None
-    if code is None or o is None or x.ndim == 0:
-        return None
-    st = runtime.current().global_state
-    out = np.empty((_block_rows(x.shape[0], st.size, st.rank),) + x.shape[1:], dtype=x.dtype)
-    _now(st, name or st.auto_name("reducescatter"), REDUCESCATTER, code, o, 0, 0, x, out)
-    return out
-
-
-def alltoall_now(x, splits, name, process_set):
-    """alltoall in equal parts (no splits) of a plain C-contiguous NumPy array whose first
-    dimension the global set's size divides, the lean way (as allreduce_now); None: the general
-    path takes it (and names what is wrong)."""
-    code = _plain_code(x, name, process_set, False)
-    if code is None or splits is not None or x.ndim == 0:
-        return None
-    st = runtime.current().global_state
-    if x.shape[0] % st.size:
-        return None
-    name = name or st.auto_name("alltoall")
-    out = _pooled(st, name, x, x.shape[0])
-    return _now(st, name, ALLTOALL, code, 0, 0, 0, x, out, _gathered(x, out))
-
-
-def barrier_now(process_set):
-    """barrier() on the global set, the lean way; None: the general path takes it."""
-    if process_set is not global_process_set:
-        return None
-    st = runtime.current().global_state
-    _now(st, st.auto_name("barrier"), BARRIER, 0, 0, 0, 0, None, None)
-    return True
 
 
 def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):

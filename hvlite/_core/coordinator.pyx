@@ -262,7 +262,8 @@ cdef class Coordinator:
         that this thread runs, with no queue, no hand-off and no Pending unless it is still in
         flight after that round. Returns None once it completed without error, (kind, message,
         code) when it failed or was refused, or a Pending the caller waits on as for submit()
-        (its first round did not complete it: a peer not there yet, a cache miss). Anything
+        (its first round did not complete it: a peer not there yet, a cache miss; or, completed,
+        it holds a result the coordinator allocated: an allgather's rows unlike `out`). Anything
         else under way (queued work, another thread's round, a name in flight) goes through
         submit(). That is half of submit's lock turns, and no Pending made, on the commonest
         call (a named 4 KiB all-reduce on one node: 16 -> 8 turns)."""
@@ -295,8 +296,13 @@ cdef class Coordinator:
             self.ledger.track_late(p)
             return p
         # completed in this thread's own round: nobody else touches it
-        self.spare = p
         status = hv_load(&req.status)
+        if status == ST_DONE and req.result != NULL:
+            # a result the coordinator allocated (rows unlike the output's): the caller takes
+            # it from a Pending, as from submit's
+            p.req, p.owner, p.keep = req, self, keep
+            return p
+        self.spare = p
         try:
             if status == ST_DONE:
                 return None

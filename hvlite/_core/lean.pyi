@@ -1,5 +1,5 @@
-# Stub for the compiled lean module: the global set's commonest call in one C call, and the
-# sets' automatic names.
+# Stub for the compiled lean module: the global set's commonest calls in one C call each, and
+# the sets' automatic names.
 from typing import Any, Callable
 
 class NameCycle:      # one kind's names, in turn (taken from C)
@@ -13,12 +13,18 @@ class AutoNames:
     def __call__(self, kind: str) -> str: ...
 
 class Lean:
-    def __init__(self, coordinator: Any, ops: type, process_set: Any, namer: AutoNames,
-                 outputs: Any, pooled: int,
+    def __init__(self, coordinator: Any, ops: type, process_set: Any, rank: int, size: int,
+                 namer: AutoNames, outputs: Any, pooled: int,
                  algorithm_code: Callable[[str | None], int], algorithms: dict,
                  handle: Callable[[Any, Any, str], Any]) -> None: ...
-    # The output array (sync) or a handle (async); None: the general path takes the call.
+    # The result (sync) or a handle (async); None: the general path takes the call.
     def allreduce(self, x: Any, op: Any, name: str | None, algorithm: str | None,
                   process_set: Any, inplace: bool) -> Any | None: ...
     def allreduce_async(self, x: Any, op: Any, name: str | None, algorithm: str | None,
                         process_set: Any, inplace: bool) -> Any | None: ...
+    def broadcast(self, x: Any, root_rank: Any, name: str | None, process_set: Any,
+                  inplace: bool) -> Any | None: ...
+    def allgather(self, x: Any, name: str | None, process_set: Any) -> Any | None: ...
+    def alltoall(self, x: Any, splits: Any, name: str | None, process_set: Any) -> Any | None: ...
+    def reducescatter(self, x: Any, op: Any, name: str | None, process_set: Any) -> Any | None: ...
+    def barrier(self, process_set: Any) -> bool | None: ...

@@ -1,5 +1,6 @@
-"""The lean face of the commonest call: an all-reduce of a plain NumPy array on the global set,
-checked and submitted in one C call.
+"""The lean face of the commonest calls: an all-reduce of a plain NumPy array on the global set,
+checked and submitted in one C call; and so the other synchronous collectives (broadcast,
+allgather, alltoall in equal parts, reducescatter, barrier).
 
 The Python front's checks, frames and options object were most of a small call's cost (0.7 of
 1.9 us on one rank), and more when its code and data are cold, as a training step's first call
@@ -78,7 +79,10 @@ cdef class Lean:
     cdef object ops               # the reduction op type (hvlite.ops.ReduceOp)
     cdef object process_set       # the global set: other sets take the general path
     cdef NameCycle names          # the set's automatic all-reduce names
+    cdef NameCycle bc_names, ag_names, rs_names, aa_names, barriers    # and the other kinds'
+    cdef int rank, size           # this rank's in the set, and the set's size
     cdef object take              # (name, like, keep) -> an output array from the set's pool
+    cdef object take_shaped       # (name, shape, dtype) -> one of a given shape from the pool
     cdef object kept              # the pool's last result of each name (its OrderedDict)
     cdef object keep_last         # its move_to_end: that name was used last
     cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
@@ -88,13 +92,18 @@ cdef class Lean:
     cdef str mark                 # in every automatic name
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
 
-    def __init__(self, coordinator, ops, process_set, AutoNames namer, outputs, Py_ssize_t pooled,
-                 algorithm_code, dict algorithms, handle):
+    def __init__(self, coordinator, ops, process_set, int rank, int size, AutoNames namer,
+                 outputs, Py_ssize_t pooled, algorithm_code, dict algorithms, handle):
         cdef int t
         self.submit, self.run_now = coordinator.submit, coordinator.run_now
         self.ops, self.process_set, self.pooled = ops, process_set, pooled
+        self.rank, self.size = rank, size
         self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
+        self.take_shaped = outputs.take_shaped
         self.names, self.mark = namer.cycle("allreduce"), namer.mark
+        self.bc_names, self.ag_names = namer.cycle("broadcast"), namer.cycle("allgather")
+        self.rs_names, self.aa_names = namer.cycle("reducescatter"), namer.cycle("alltoall")
+        self.barriers = namer.cycle("barrier")
         self.algorithm_code, self.algorithms, self.handle = algorithm_code, algorithms, handle
         for t in range(TYPES):
             self.codes[t] = -1
@@ -187,17 +196,14 @@ cdef class Lean:
         self.keep_last(name)
         return prev
 
-    def allreduce(self, x, op, name, algorithm, process_set, bint inplace):
-        """The synchronous all-reduce: its output, run to completion on this thread (as the
-        general path's synchronous calls do); None: the general path takes it."""
-        got = self._prepare(x, op, name, algorithm, process_set, inplace)
-        if got is None:
-            return None
-        name, s, out = got
-        (<Submission>s).inline = True
+    cdef object _run(self, str name, Submission s, x, out):
+        """Run a synchronous call to completion on this thread (as the general path's
+        synchronous calls do): None once it completed with its result where the caller put it,
+        else the completed Pending of a result the coordinator allocated; raises what failed."""
+        s.inline = True
         p = self.run_now(name, s, x, out)
         if p is None:       # completed in its first round, on this thread
-            return out
+            return None
         if type(p) is tuple:
             raise _exception(*p)
         cdef Pending q = <Pending>p
@@ -207,6 +213,16 @@ cdef class Lean:
             raise _exception(q.req.error_kind, q.req.error.decode("utf-8", "replace"),
                              q.req.error_code)
         q.keep = None       # completed: the buffers are the caller's again
+        return q if q.req.result != NULL else None
+
+    def allreduce(self, x, op, name, algorithm, process_set, bint inplace):
+        """The synchronous all-reduce: its output, run to completion on this thread (as the
+        general path's synchronous calls do); None: the general path takes it."""
+        got = self._prepare(x, op, name, algorithm, process_set, inplace)
+        if got is None:
+            return None
+        name, s, out = got
+        self._run(name, s, x, out)
         return out
 
     def allreduce_async(self, x, op, name, algorithm, process_set, bint inplace):
@@ -219,3 +235,135 @@ cdef class Lean:
         if type(p) is tuple:
             raise _exception(*p)
         return self.handle(p, out, name)
+
+    # ---- the other synchronous collectives, the same way --------------------------------------
+
+    cdef int _plain(self, x, name, process_set, bint inplace) except -2:
+        """x's dtype code when this face takes a call on it (a plain C-contiguous NumPy array
+        of a dtype the core moves, writable if written in place, on the global set, a str name
+        or none), else -1."""
+        cdef int flags
+        if (type(x) is not cnp.ndarray or process_set is not self.process_set
+                or (name is not None and type(name) is not str)):
+            return -1
+        flags = cnp.PyArray_FLAGS(<cnp.ndarray>x)
+        if not (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) or (inplace and not (flags & cnp.NPY_ARRAY_WRITEABLE)):
+            return -1
+        return self._dtype(<cnp.ndarray>x)
+
+    cdef Submission _submission(self, int collective, int dtype, int op, int root, str name):
+        cdef Submission s = Submission.__new__(Submission)
+        s.collective, s.dtype, s.op, s.root = collective, dtype, op, root
+        s.reused = self.mark in name
+        return s
+
+    cdef object _rows_out(self, cnp.ndarray x, Py_ssize_t rows, name):
+        """An output of `rows` rows like x's: the name's pooled array from the pool's size,
+        else a new one (an automatic name's too). MemoryError: the general path takes it."""
+        cdef cnp.npy_intp dims[64]
+        cdef int k, nd = cnp.PyArray_NDIM(x)
+        cdef Py_ssize_t nbytes = rows * cnp.PyArray_ITEMSIZE(x)
+        dims[0] = rows
+        for k in range(1, nd):
+            dims[k] = cnp.PyArray_DIMS(x)[k]
+            nbytes *= dims[k]
+        if nbytes >= self.pooled and name and self.mark not in name:
+            out = self.take_shaped(name, tuple([dims[k] for k in range(nd)]), (<object>x).dtype)
+            if out is not None:
+                return out
+        return cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(x), 0)
+
+    cdef object _gathered(self, x, out, Pending p):
+        """The result of a call whose result is rows like x's: `out` when the core wrote it
+        there, else the rows it allocated (every rank's count summed: p.result_total)."""
+        if p is None:
+            return out
+        return np.ndarray((p.result_total,) + x.shape[1:], x.dtype, p.take_result())
+
+    def broadcast(self, x, root_rank, name, process_set, bint inplace):
+        """broadcast / broadcast_ of root_rank's array; None: the general path takes it."""
+        cdef int dt = self._plain(x, name, process_set, inplace)
+        cdef cnp.ndarray a
+        if dt < 0 or type(root_rank) is not int or not 0 <= root_rank < self.size:
+            return None
+        a = <cnp.ndarray>x
+        if inplace:
+            out = x
+        else:
+            try:
+                out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), cnp.PyArray_TYPE(a), 0)
+            except MemoryError:
+                return None
+        if not name:
+            name = self.bc_names.take()
+        self._run(name, self._submission(C_BROADCAST, dt, 0, root_rank, name), x, out)
+        return out
+
+    def allgather(self, x, name, process_set):
+        """allgather of an array of at least one dimension; None: the general path takes it."""
+        cdef int dt = self._plain(x, name, process_set, False)
+        cdef cnp.ndarray a
+        if dt < 0 or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
+            return None
+        a = <cnp.ndarray>x
+        try:
+            out = self._rows_out(a, cnp.PyArray_DIMS(a)[0] * self.size, name)
+        except MemoryError:
+            return None
+        if not name:
+            name = self.ag_names.take()
+        p = self._run(name, self._submission(C_ALLGATHER, dt, 0, 0, name), x, out)
+        return self._gathered(x, out, p)
+
+    def alltoall(self, x, splits, name, process_set):
+        """alltoall in equal parts (no splits) of an array whose first dimension the set's
+        size divides; None: the general path takes it (and names what is wrong)."""
+        cdef int dt = self._plain(x, name, process_set, False)
+        cdef cnp.ndarray a
+        if dt < 0 or splits is not None or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
+            return None
+        a = <cnp.ndarray>x
+        if cnp.PyArray_DIMS(a)[0] % self.size:
+            return None
+        try:
+            out = self._rows_out(a, cnp.PyArray_DIMS(a)[0], name)
+        except MemoryError:
+            return None
+        if not name:
+            name = self.aa_names.take()
+        p = self._run(name, self._submission(C_ALLTOALL, dt, 0, 0, name), x, out)
+        return self._gathered(x, out, p)
+
+    def reducescatter(self, x, op, name, process_set):
+        """reducescatter with a plain op of an array of at least one dimension: this rank's
+        block of rows (the first rows % size ranks get one more); None: the general path."""
+        cdef int dt = self._plain(x, name, process_set, False)
+        cdef int o
+        cdef Py_ssize_t rows
+        cdef cnp.ndarray a
+        # only hvlite's own ops are looked up: anything else (unhashable, say) is the general
+        # path's to name on every rank
+        if dt < 0 or type(op) is not self.ops or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
+            return None
+        o = PyLong_AsLong(op)
+        if o < OP_SUM or o > OP_PRODUCT:
+            return None
+        a = <cnp.ndarray>x
+        rows = cnp.PyArray_DIMS(a)[0]
+        try:
+            out = self._rows_out(a, rows // self.size + (1 if self.rank < rows % self.size else 0), None)
+        except MemoryError:
+            return None
+        if not name:
+            name = self.rs_names.take()
+        self._run(name, self._submission(C_REDUCESCATTER, dt, o, 0, name), x, out)
+        return out
+
+    def barrier(self, process_set):
+        """barrier() on the global set: True once every rank has called it; None: the
+        general path takes it."""
+        if process_set is not self.process_set:
+            return None
+        name = self.barriers.take()
+        self._run(name, self._submission(C_BARRIER, 0, 0, 0, name), None, None)
+        return True

@@ -267,6 +267,115 @@ def test_pooled_outputs_are_reused_only_when_nobody_holds_them():
     assert_everywhere(failures)
 
 
+def _block(a, rank):
+    """reducescatter's block of rows on `rank`: the first rows % N ranks get one more."""
+    rows = a.shape[0]
+    start = rank * (rows // N) + min(rank, rows % N)
+    return a[start:start + rows // N + (1 if rank < rows % N else 0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_other_synchronous_collectives_are_taken_and_exact(dtype):
+    """broadcast (either root, in place and not), allgather (as many rows everywhere, and a
+    different count on every rank: a result the core allocates), alltoall in equal parts,
+    reducescatter (every op) and barrier: each taken by the face, named or not, at sizes 0, 1
+    and odd, with NumPy's bits on every rank."""
+    g = hvd.global_process_set
+    failures = []
+    for count in (0, 1, N + 2, 1001):
+        tag = f"{dtype} {count}"
+        inputs = [rank_input(r, count, dtype, hvd.Sum) for r in range(N)]
+        mine = inputs[RANK]
+        for k, name in enumerate((f"lean.bc.{tag}", None)):
+            root = (N - 1) if k else 0
+            got = LEAN.broadcast(mine.copy(), root, name, g, False)
+            if got is None or not same_bits(got, inputs[root]):
+                failures.append(f"broadcast {tag} {name}: {got if got is None else got[:4]}")
+            x = mine.copy()
+            same = LEAN.broadcast(x, root, name and name + "_", g, True)
+            if same is not x or not same_bits(x, inputs[root]):
+                failures.append(f"broadcast_ {tag} {name}")
+            got = LEAN.allgather(mine, name and name + "ag", g)
+            if got is None or not same_bits(got, np.concatenate(inputs)):
+                failures.append(f"allgather {tag} {name}")
+            ragged = [np.resize(inputs[r], (count + r) % 5) for r in range(N)]
+            got = LEAN.allgather(ragged[RANK], name and name + "agr", g)
+            if got is None or not same_bits(got, np.concatenate(ragged)):
+                failures.append(f"allgather, rows unlike every rank's {tag} {name}")
+            parts = [np.resize(inputs[r], N * (count % 4)) for r in range(N)]
+            got = LEAN.alltoall(parts[RANK], None, name and name + "aa", g)
+            want = np.concatenate([p.reshape(N, -1)[RANK] for p in parts])
+            if got is None or not same_bits(got, want):
+                failures.append(f"alltoall {tag} {name}")
+            if LEAN.barrier(g) is not True:
+                failures.append("barrier not taken")
+        for op in OPS:
+            ins = [rank_input(r, count, dtype, op) for r in range(N)]
+            got = LEAN.reducescatter(ins[RANK], op, f"lean.rs.{tag} {op.name}", g)
+            want = _block(reference(ins, dtype, op, N), RANK)
+            if got is None or not same_bits(got, want):
+                failures.append(f"reducescatter {tag} {op.name}: {got}")
+        assert_identical_everywhere(LEAN.allgather(mine, None, g), tag)
+    assert_everywhere(failures)
+
+
+def test_the_other_collectives_leave_what_they_do_not_take():
+    """What each face call leaves to the general path returns None and takes no automatic
+    name; the general path then runs it, or names the problem on every rank."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g = hvd.global_process_set
+    declined_calls = [
+        ("broadcast, a list", lambda: LEAN.broadcast([1.0], 0, None, g, False)),
+        ("broadcast, a strided view", lambda: LEAN.broadcast(a[:, ::2], 0, None, g, False)),
+        ("broadcast, root as a float", lambda: LEAN.broadcast(a, 0.0, None, g, False)),
+        ("broadcast, root out of range", lambda: LEAN.broadcast(a, N, None, g, False)),
+        ("broadcast, a negative root", lambda: LEAN.broadcast(a, -1, None, g, False)),
+        ("broadcast, another set", lambda: LEAN.broadcast(a, 0, None, None, False)),
+        ("broadcast, a name that is an int", lambda: LEAN.broadcast(a, 0, 3, g, False)),
+        ("allgather, a 0-d array", lambda: LEAN.allgather(np.array(1.0), None, g)),
+        ("allgather, bool", lambda: LEAN.allgather(np.ones(2, bool), None, g)),
+        ("alltoall with splits", lambda: LEAN.alltoall(np.ones(N), [1] * N, None, g)),
+        ("alltoall, rows the size does not divide", lambda: LEAN.alltoall(np.ones(N + 1), None, None, g))
+        if N > 1 else ("alltoall, 0-d", lambda: LEAN.alltoall(np.array(1.0), None, None, g)),
+        ("reducescatter, Adasum", lambda: LEAN.reducescatter(a, hvd.Adasum, None, g)),
+        ("reducescatter, an unhashable op", lambda: LEAN.reducescatter(a, ["sum"], None, g)),
+        ("reducescatter, op as an int", lambda: LEAN.reducescatter(a, 0, None, g)),
+        ("barrier, process_set=None", lambda: LEAN.barrier(None)),
+    ]
+    namer = hvd._current().global_state.auto_name
+    kinds = ("broadcast", "allgather", "alltoall", "reducescatter", "barrier")
+    before = [namer(k) for k in kinds]
+    failures = [what for what, call in declined_calls if call() is not None]
+    after = [namer(k) for k in kinds]
+    for b, c in zip(before, after):
+        k = int(b.rsplit(".", 1)[1])
+        if c != b.rsplit(".", 1)[0] + f".{(k + 1) % 60}":
+            failures.append(f"automatic names taken: {b} then {c}")
+    assert_everywhere(failures)
+    expect_raise_everywhere(lambda: hvd.broadcast(a, N, name="lean.bc.root"),
+                            InvalidArgumentError, "root")
+
+
+def test_unnamed_calls_share_one_order_with_the_general_path():
+    """The face and the general path count one kind's automatic names together: with rank 0's
+    unnamed calls declined by the face (a strided view, a list) and the others' taken, the
+    k-th call still meets the same call on every rank, and gives the exact result."""
+    a = np.arange(24, dtype=np.float64).reshape(4, 6) * (RANK + 1)
+    failures = []
+    for k in range(3):
+        x = a[:, ::2] if RANK == 0 else np.ascontiguousarray(a[:, ::2])
+        got = hvd.broadcast(x, N - 1)
+        if not np.array_equal(got, np.arange(24, dtype=np.float64).reshape(4, 6)[:, ::2] * N):
+            failures.append(f"broadcast {k}: {got}")
+        rows = x.tolist() if RANK == 0 else np.ascontiguousarray(x)
+        got = hvd.allgather(rows)
+        want = np.concatenate([np.arange(24.0).reshape(4, 6)[:, ::2] * (r + 1) for r in range(N)])
+        if not np.array_equal(got, want):
+            failures.append(f"allgather {k}: {got}")
+        hvd.barrier()
+    assert_everywhere(failures)
+
+
 def test_shutdown_takes_the_face_away():
     """Last: after shutdown the public call raises the general path's error, and never submits
     to a stopped coordinator through a face left behind."""
