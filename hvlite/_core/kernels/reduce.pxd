@@ -5,6 +5,8 @@ from hvlite._core.codes cimport *
 cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil
 # buf[i] /= divisor (integers truncate toward zero, 16-bit floats round once).
 cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
+# dst[i] = src[i] / divisor, dst and src apart (a copy that divides: one pass for floats).
+cdef void copy_divided(void* dst, const void* src, size_t n, int dtype, long divisor) noexcept nogil
 # Average is a Sum, then a divide by the set's size (joined ranks count, contributing zeros, as in
 # Horovod); these two say so once, for every caller (dispatch, the shared segment's fused batches,
 # reducescatter).

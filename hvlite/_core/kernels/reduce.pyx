@@ -8,7 +8,7 @@ from libc.stdint cimport (int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t,
                           INT8_MAX, INT8_MIN, UINT8_MAX, INT16_MAX, INT16_MIN, UINT16_MAX,
                           INT32_MAX, INT32_MIN, UINT32_MAX, INT64_MAX, INT64_MIN, UINT64_MAX)
 from libc.math cimport INFINITY
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 from hvlite._core.dtypes cimport *
 from hvlite._core.codes cimport *
 
@@ -32,6 +32,12 @@ cdef extern from "kernels/minmax.h" nogil:
     void hv_min_f64(double* a, const double* b, size_t n)
     void hv_max_f64(double* a, const double* b, size_t n)
 
+cdef extern from "kernels/arith.h" nogil:
+    size_t hv_add_f32(float* a, const float* b, size_t n)
+    size_t hv_add_f64(double* a, const double* b, size_t n)
+    size_t hv_scale_f32(float* dst, const float* src, size_t n, float r)
+    size_t hv_scale_f64(double* dst, const double* src, size_t n, double r)
+
 ctypedef fused num_t:
     int8_t
     uint8_t
@@ -46,9 +52,13 @@ ctypedef fused num_t:
 
 
 cdef inline void _native(num_t* a, const num_t* b, size_t n, int op) noexcept nogil:
-    cdef size_t i
+    cdef size_t i, start = 0
     if op == OP_SUM:
-        for i in range(n):
+        if num_t is float:
+            start = hv_add_f32(a, b, n)
+        elif num_t is double:
+            start = hv_add_f64(a, b, n)
+        for i in range(start, n):
             a[i] = a[i] + b[i]
     elif op == OP_PRODUCT:
         for i in range(n):
@@ -125,20 +135,29 @@ cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) n
         _native(<uint64_t*>acc, <const uint64_t*>src, n, op)
 
 
-cdef inline void _idiv(num_t* a, size_t n, long d) noexcept nogil:
-    # Integers truncate toward zero (cdivision). d stays a long: a narrow cast of the rank count would overflow int8 at 128 ranks.
-    cdef size_t i
+cdef inline bint _multiplies(num_t* a, long d) noexcept nogil:
+    """Float division by a power of two: 1/d is exact, so x * (1/d) and x / d are the same real
+    number and round alike (subnormals, infinities and NaNs included): the quotient's bits at a
+    multiply's cost (a vector divide costs ~10: Average at 1 MiB ran 1.2-1.6x Sum)."""
+    return (num_t is float or num_t is double) and d & (d - 1) == 0
+
+
+cdef inline void _idiv(num_t* a, const num_t* src, size_t n, long d) noexcept nogil:
+    # a[i] = src[i] / d (a is src, or does not overlap it). Integers truncate toward zero
+    # (cdivision). d stays a long: a narrow cast of the rank count would overflow int8 at 128 ranks.
+    cdef size_t i, start = 0
     cdef num_t r
-    if (num_t is float or num_t is double) and d & (d - 1) == 0:
-        # 1/d is exact for a power of two, so x * (1/d) and x / d are the same real number and
-        # round alike (subnormals, infinities and NaNs included): the same bits as the quotient
-        # at a multiply's cost (a vector divide costs ~10: Average at 1 MiB ran 1.2-1.6x Sum)
+    if _multiplies(a, d):
         r = <num_t>(1.0 / <double>d)
-        for i in range(n):
-            a[i] = a[i] * r
+        if num_t is float:
+            start = hv_scale_f32(a, src, n, r)
+        elif num_t is double:
+            start = hv_scale_f64(a, src, n, r)
+        for i in range(start, n):
+            a[i] = src[i] * r
         return
     for i in range(n):
-        a[i] = <num_t>(a[i] / d) if num_t is float or num_t is double else a[i] // d
+        a[i] = <num_t>(src[i] / d) if num_t is float or num_t is double else src[i] // d
 
 
 cdef void finish_op(void* buf, size_t n, int dtype, int op, long divisor) noexcept nogil:
@@ -153,9 +172,9 @@ cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
     if divisor == 1:
         return
     if dtype == DT_FLOAT32:
-        _idiv(<float*>buf, n, divisor)
+        _idiv(<float*>buf, <const float*>buf, n, divisor)
     elif dtype == DT_FLOAT64:
-        _idiv(<double*>buf, n, divisor)
+        _idiv(<double*>buf, <const double*>buf, n, divisor)
     elif dtype == DT_FLOAT16:
         i = hv_half_divide_f16c(h, n, <float>divisor) if hv_cpu_f16c() else 0
         while i < n:
@@ -167,21 +186,33 @@ cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
             h[i] = hv_float_to_bf16(hv_bf16_to_float(h[i]) / <float>divisor)
             i += 1
     elif dtype == DT_INT8:
-        _idiv(<int8_t*>buf, n, divisor)
+        _idiv(<int8_t*>buf, <const int8_t*>buf, n, divisor)
     elif dtype == DT_UINT8:
-        _idiv(<uint8_t*>buf, n, divisor)
+        _idiv(<uint8_t*>buf, <const uint8_t*>buf, n, divisor)
     elif dtype == DT_INT16:
-        _idiv(<int16_t*>buf, n, divisor)
+        _idiv(<int16_t*>buf, <const int16_t*>buf, n, divisor)
     elif dtype == DT_UINT16:
-        _idiv(<uint16_t*>buf, n, divisor)
+        _idiv(<uint16_t*>buf, <const uint16_t*>buf, n, divisor)
     elif dtype == DT_INT32:
-        _idiv(<int32_t*>buf, n, divisor)
+        _idiv(<int32_t*>buf, <const int32_t*>buf, n, divisor)
     elif dtype == DT_UINT32:
-        _idiv(<uint32_t*>buf, n, divisor)
+        _idiv(<uint32_t*>buf, <const uint32_t*>buf, n, divisor)
     elif dtype == DT_INT64:
-        _idiv(<int64_t*>buf, n, divisor)
+        _idiv(<int64_t*>buf, <const int64_t*>buf, n, divisor)
     elif dtype == DT_UINT64:
-        _idiv(<uint64_t*>buf, n, divisor)
+        _idiv(<uint64_t*>buf, <const uint64_t*>buf, n, divisor)
+
+
+cdef void copy_divided(void* dst, const void* src, size_t n, int dtype, long divisor) noexcept nogil:
+    """dst = src / divisor for n elements, dst and src apart: float32 and float64 divide as they
+    are copied (one pass), other dtypes are copied and then divided."""
+    if divisor > 1 and dtype == DT_FLOAT32:
+        _idiv(<float*>dst, <const float*>src, n, divisor)
+    elif divisor > 1 and dtype == DT_FLOAT64:
+        _idiv(<double*>dst, <const double*>src, n, divisor)
+    else:
+        memcpy(dst, src, n * dtype_size(dtype))
+        divide_by(dst, n, dtype, divisor)
 
 
 def reduce_arrays(acc, src, int dtype, int op):

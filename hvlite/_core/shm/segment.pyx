@@ -30,7 +30,7 @@ from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport divide_by, reduce_into, fill_identity
+from hvlite._core.kernels.reduce cimport copy_divided, divide_by, reduce_into, fill_identity
 from hvlite._core.algorithms.p2p cimport block_start, comm_size
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST, HV_ERR_DESYNC
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
@@ -265,11 +265,9 @@ cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype
                 memcpy(acc, src, n * es)
             else:
                 reduce_into(acc, src, n, dtype, op)
-        if divisor > 1:
-            divide_by(acc, n, dtype, divisor)
-        memcpy(dst + done * es, acc, n * es)
+        copy_divided(dst + done * es, acc, n, dtype, divisor)     # divided as it is copied
         if dst2 != NULL:
-            memcpy(dst2 + done * es, acc, n * es)
+            memcpy(dst2 + done * es, dst + done * es, n * es)
         done += n
 
 
@@ -473,10 +471,8 @@ cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, si
                 memcpy(acc, src, n * es)
             else:
                 reduce_into(acc, src, n, dtype, op)
-        if divisor > 1:
-            divide_by(acc, n, dtype, divisor)
-        memcpy(result + at * es, acc, n * es)
-        _scatter(p, np, off + at, off + at + n, acc, dtype, stream)
+        copy_divided(result + at * es, acc, n, dtype, divisor)
+        _scatter(p, np, off + at, off + at + n, result + at * es, dtype, stream)
         at += n
 
 
