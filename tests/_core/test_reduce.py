@@ -45,6 +45,9 @@ def test_divide_matches_numpy(dtype, n):
     got = a.copy()
     divide_array(got.view(np.uint8), code_of(dtype), n)
     assert got.tobytes() == want.tobytes()
+    copied = np.zeros_like(a)       # divided as it is copied: every dtype, the same bits
+    divide_array(copied.view(np.uint8), code_of(dtype), n, a.view(np.uint8))
+    assert copied.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
@@ -64,6 +67,10 @@ def test_divide_edges_match_numpy(dtype, n):
     got = a.copy()
     divide_array(got.view(np.uint8), code_of(np.dtype(dtype)), n)
     assert got.tobytes() == want.tobytes()
+    # divided as it is copied (the shared segment's last pass): the same bits
+    copied = np.full_like(a, 7)
+    divide_array(copied.view(np.uint8), code_of(np.dtype(dtype)), n, a.view(np.uint8))
+    assert copied.tobytes() == want.tobytes()
 
 
 def test_float16_rounding_edges():

@@ -226,11 +226,19 @@ def reduce_arrays(acc, src, int dtype, int op):
         reduce_into(&a[0], &s[0], n, dtype, op)
 
 
-def divide_array(buf, int dtype, long divisor):
-    """Test hook: buf /= divisor with the core's rounding."""
+def divide_array(buf, int dtype, long divisor, src=None):
+    """Test hook: buf /= divisor with the core's rounding; with `src` (as large, apart from
+    buf): buf = src / divisor, divided as it is copied."""
     cdef unsigned char[::1] a = memoryview(buf).cast("B")
+    cdef const unsigned char[::1] s
     cdef size_t n = a.shape[0] // dtype_size(dtype)
-    if n:
+    if src is not None:
+        s = memoryview(src).cast("B")
+        if s.shape[0] != a.shape[0]:
+            raise ValueError("buffers differ in size")
+        if n:
+            copy_divided(&a[0], &s[0], n, dtype, divisor)
+    elif n:
         divide_by(&a[0], n, dtype, divisor)
 
 
