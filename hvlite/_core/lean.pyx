@@ -257,17 +257,21 @@ cdef class Lean:
         s.reused = self.mark in name
         return s
 
-    cdef object _rows_out(self, cnp.ndarray x, Py_ssize_t rows, name):
-        """An output of `rows` rows like x's: the name's pooled array from the pool's size,
-        else a new one (an automatic name's too). MemoryError: the general path takes it."""
+    cdef object _rows_out(self, cnp.ndarray x, object rows, name, bint gathered):
+        """An output of `rows` rows like x's: a new one, but for a gathered result from the
+        pool's size the name's pooled array, or None for an automatic name (the core allocates
+        the result: a ragged gather's would not fit an output sized for even rows). Raises MemoryError, ValueError or OverflowError for one
+        that cannot be made (the callers leave the call to the general path: no name taken)."""
         cdef cnp.npy_intp dims[64]
         cdef int k, nd = cnp.PyArray_NDIM(x)
-        cdef Py_ssize_t nbytes = rows * cnp.PyArray_ITEMSIZE(x)
-        dims[0] = rows
+        nbytes = rows * cnp.PyArray_ITEMSIZE(x)     # Python integers: no wrap
+        dims[0] = rows                              # OverflowError past npy_intp
         for k in range(1, nd):
             dims[k] = cnp.PyArray_DIMS(x)[k]
             nbytes *= dims[k]
-        if nbytes >= self.pooled and name and self.mark not in name:
+        if gathered and nbytes >= self.pooled:
+            if not name or self.mark in name:
+                return None
             out = self.take_shaped(name, tuple([dims[k] for k in range(nd)]), (<object>x).dtype)
             if out is not None:
                 return out
@@ -307,8 +311,8 @@ cdef class Lean:
             return None
         a = <cnp.ndarray>x
         try:
-            out = self._rows_out(a, cnp.PyArray_DIMS(a)[0] * self.size, name)
-        except MemoryError:
+            out = self._rows_out(a, <object>cnp.PyArray_DIMS(a)[0] * self.size, name, True)
+        except (MemoryError, ValueError, OverflowError):
             return None
         if not name:
             name = self.ag_names.take()
@@ -326,8 +330,8 @@ cdef class Lean:
         if cnp.PyArray_DIMS(a)[0] % self.size:
             return None
         try:
-            out = self._rows_out(a, cnp.PyArray_DIMS(a)[0], name)
-        except MemoryError:
+            out = self._rows_out(a, <object>cnp.PyArray_DIMS(a)[0], name, True)
+        except (MemoryError, ValueError, OverflowError):
             return None
         if not name:
             name = self.aa_names.take()
@@ -351,8 +355,9 @@ cdef class Lean:
         a = <cnp.ndarray>x
         rows = cnp.PyArray_DIMS(a)[0]
         try:
-            out = self._rows_out(a, rows // self.size + (1 if self.rank < rows % self.size else 0), None)
-        except MemoryError:
+            out = self._rows_out(a, rows // self.size + (1 if self.rank < rows % self.size else 0), None,
+                                False)
+        except (MemoryError, ValueError, OverflowError):
             return None
         if not name:
             name = self.rs_names.take()

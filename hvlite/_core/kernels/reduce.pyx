@@ -212,7 +212,8 @@ cdef void copy_divided(void* dst, const void* src, size_t n, int dtype, long div
         _idiv(<double*>dst, <const double*>src, n, divisor)
     else:
         memcpy(dst, src, n * dtype_size(dtype))
-        divide_by(dst, n, dtype, divisor)
+        if divisor > 1:
+            divide_by(dst, n, dtype, divisor)
 
 
 def reduce_arrays(acc, src, int dtype, int op):

@@ -248,8 +248,8 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
 cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
                   const char* own, char* dst, char* dst2, long divisor) noexcept nogil:
     """dst (and dst2) = slot_0 op slot_1 op ... op slot_{L-1} over elements [offset, offset +
-    count), chunk by chunk in an L1-resident accumulator (divided by `divisor` there when > 1:
-    an Average costs no pass of its own). With `own` (this rank's data for the same elements)
+    count), chunk by chunk in an L1-resident accumulator (divided by `divisor` when > 1 as it
+    is copied out: an Average costs no pass of its own). With `own` (this rank's data for the same elements)
     this rank's contribution is read from there instead of its slot."""
     cdef double acc_mem[2048]         # CHUNK bytes, 8-byte aligned
     cdef char* acc = <char*>acc_mem
