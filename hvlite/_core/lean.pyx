@@ -277,12 +277,22 @@ cdef class Lean:
                 return out
         return cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(x), 0)
 
-    cdef object _gathered(self, x, out, Pending p):
-        """The result of a call whose result is rows like x's: `out` when the core wrote it
-        there, else the rows it allocated (every rank's count summed: p.result_total)."""
+    cdef object _gather(self, int collective, NameCycle names, cnp.ndarray a, object rows, name,
+                        int dt):
+        """allgather / alltoall, whose result is `rows` rows like a's when every rank sends as
+        many as this one: `out` when the core wrote it there, else the rows it allocated (every
+        rank's count summed: result_total); None: the general path takes it."""
+        try:
+            out = self._rows_out(a, rows, name, True)
+        except (MemoryError, ValueError, OverflowError):
+            return None
+        if not name:
+            name = names.take()
+        p = self._run(name, self._submission(collective, dt, 0, 0, name), a, out)
         if p is None:
             return out
-        return np.ndarray((p.result_total,) + x.shape[1:], x.dtype, p.take_result())
+        return np.ndarray(((<Pending>p).result_total,) + (<object>a).shape[1:], (<object>a).dtype,
+                          (<Pending>p).take_result())
 
     def broadcast(self, x, root_rank, name, process_set, bint inplace):
         """broadcast / broadcast_ of root_rank's array; None: the general path takes it."""
@@ -310,14 +320,8 @@ cdef class Lean:
         if dt < 0 or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
             return None
         a = <cnp.ndarray>x
-        try:
-            out = self._rows_out(a, <object>cnp.PyArray_DIMS(a)[0] * self.size, name, True)
-        except (MemoryError, ValueError, OverflowError):
-            return None
-        if not name:
-            name = self.ag_names.take()
-        p = self._run(name, self._submission(C_ALLGATHER, dt, 0, 0, name), x, out)
-        return self._gathered(x, out, p)
+        return self._gather(C_ALLGATHER, self.ag_names, a, <object>cnp.PyArray_DIMS(a)[0] * self.size,
+                            name, dt)
 
     def alltoall(self, x, splits, name, process_set):
         """alltoall in equal parts (no splits) of an array whose first dimension the set's
@@ -329,14 +333,7 @@ cdef class Lean:
         a = <cnp.ndarray>x
         if cnp.PyArray_DIMS(a)[0] % self.size:
             return None
-        try:
-            out = self._rows_out(a, <object>cnp.PyArray_DIMS(a)[0], name, True)
-        except (MemoryError, ValueError, OverflowError):
-            return None
-        if not name:
-            name = self.aa_names.take()
-        p = self._run(name, self._submission(C_ALLTOALL, dt, 0, 0, name), x, out)
-        return self._gathered(x, out, p)
+        return self._gather(C_ALLTOALL, self.aa_names, a, <object>cnp.PyArray_DIMS(a)[0], name, dt)
 
     def reducescatter(self, x, op, name, process_set):
         """reducescatter with a plain op of an array of at least one dimension: this rank's

@@ -13,60 +13,39 @@
 #include "minmax.h"     /* hv_cpu_avx */
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx")))
-static size_t hv_add_f32_avx(float* __restrict a, const float* __restrict b, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 x = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
-        __m256 y = _mm256_add_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
-        _mm256_storeu_ps(a + i, x);
-        _mm256_storeu_ps(a + i + 8, y);
-    }
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-    return i;
+/* One loop per (op, type): two vectors a turn, then one, then the caller's scalar tail. Each
+ * turn loads before it stores, so hv_scale may run in place. */
+#define HV_ADD_LOOP(FN, T, V, LANES, LOAD, STORE, ADD) \
+__attribute__((target("avx"))) \
+static size_t FN(T* __restrict a, const T* __restrict b, size_t n) { \
+    size_t i = 0; \
+    for (; i + 2 * LANES <= n; i += 2 * LANES) { \
+        V x = ADD(LOAD(a + i), LOAD(b + i)), y = ADD(LOAD(a + i + LANES), LOAD(b + i + LANES)); \
+        STORE(a + i, x); \
+        STORE(a + i + LANES, y); \
+    } \
+    for (; i + LANES <= n; i += LANES) STORE(a + i, ADD(LOAD(a + i), LOAD(b + i))); \
+    return i; \
 }
-__attribute__((target("avx")))
-static size_t hv_add_f64_avx(double* __restrict a, const double* __restrict b, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256d x = _mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i));
-        __m256d y = _mm256_add_pd(_mm256_loadu_pd(a + i + 4), _mm256_loadu_pd(b + i + 4));
-        _mm256_storeu_pd(a + i, x);
-        _mm256_storeu_pd(a + i + 4, y);
-    }
-    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(a + i, _mm256_add_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i)));
-    return i;
+#define HV_SCALE_LOOP(FN, T, V, LANES, LOAD, STORE, MUL, SET1) \
+__attribute__((target("avx"))) \
+static size_t FN(T* dst, const T* src, size_t n, T r) { \
+    V v = SET1(r); \
+    size_t i = 0; \
+    for (; i + 2 * LANES <= n; i += 2 * LANES) { \
+        V x = MUL(LOAD(src + i), v), y = MUL(LOAD(src + i + LANES), v); \
+        STORE(dst + i, x); \
+        STORE(dst + i + LANES, y); \
+    } \
+    for (; i + LANES <= n; i += LANES) STORE(dst + i, MUL(LOAD(src + i), v)); \
+    return i; \
 }
-__attribute__((target("avx")))
-static size_t hv_scale_f32_avx(float* dst, const float* src, size_t n, float r) {
-    __m256 v = _mm256_set1_ps(r);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
-        __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(a, v));
-        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(b, v));
-        _mm256_storeu_ps(dst + i + 16, _mm256_mul_ps(c, v));
-        _mm256_storeu_ps(dst + i + 24, _mm256_mul_ps(d, v));
-    }
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_loadu_ps(src + i), v));
-    return i;
-}
-__attribute__((target("avx")))
-static size_t hv_scale_f64_avx(double* dst, const double* src, size_t n, double r) {
-    __m256d v = _mm256_set1_pd(r);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256d a = _mm256_loadu_pd(src + i), b = _mm256_loadu_pd(src + i + 4);
-        __m256d c = _mm256_loadu_pd(src + i + 8), d = _mm256_loadu_pd(src + i + 12);
-        _mm256_storeu_pd(dst + i, _mm256_mul_pd(a, v));
-        _mm256_storeu_pd(dst + i + 4, _mm256_mul_pd(b, v));
-        _mm256_storeu_pd(dst + i + 8, _mm256_mul_pd(c, v));
-        _mm256_storeu_pd(dst + i + 12, _mm256_mul_pd(d, v));
-    }
-    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(dst + i, _mm256_mul_pd(_mm256_loadu_pd(src + i), v));
-    return i;
-}
+HV_ADD_LOOP(hv_add_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps)
+HV_ADD_LOOP(hv_add_f64_avx, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd)
+HV_SCALE_LOOP(hv_scale_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps,
+              _mm256_set1_ps)
+HV_SCALE_LOOP(hv_scale_f64_avx, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_mul_pd,
+              _mm256_set1_pd)
 static inline size_t hv_add_f32(float* a, const float* b, size_t n) {
     return hv_cpu_avx() ? hv_add_f32_avx(a, b, n) : 0;
 }
