@@ -46,7 +46,7 @@
 #define HV_OWN_ERRORS(X) \
     X(HV_ERR_NOMEM, -1, "out of memory allocating a request, result or scratch space") \
     X(HV_ERR_SHM, -2, "the shared-memory all-reduce is unavailable here (see hvlite.shm_info())") \
-    X(HV_ERR_COUNT, -3, "a count out of range: negative, or over INT_MAX elements or bytes in one message (MPI counts are int)") \
+    X(HV_ERR_COUNT, -3, "a count out of range: negative, over INT_MAX elements or bytes in one message (MPI counts are int), or a total past 64 bits") \
     X(HV_ERR_TIMEOUT, -7, "no answer from the peer within the time limit") \
     X(HV_ERR_LOST, -8, "a peer rank stopped answering while this one waited on it (lost)") \
     X(HV_ERR_DESYNC, -9, "the node's ranks fell out of step in their shared segment (an internal error)") \

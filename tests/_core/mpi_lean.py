@@ -352,7 +352,8 @@ def test_the_other_collectives_keep_the_trailing_shape(shape):
 def test_a_gather_too_large_to_shape_is_left_to_the_general_path():
     """Zero-width rows cost nothing, so a first dimension near the largest index is a legal
     array; the gathered result's row count would pass what NumPy can shape. The face declines
-    it (takes no name) rather than fail on this rank alone."""
+    it (takes no name) rather than fail on this rank alone; through the public call the core
+    refuses the rows' total on every rank (on the segment, and on MPI's path without it)."""
     if N == 1:
         pytest.skip("one rank's gather is its own rows")
     namer = hvd._current().global_state.auto_name
@@ -362,6 +363,8 @@ def test_a_gather_too_large_to_shape_is_left_to_the_general_path():
     after = namer("allgather")
     k = int(before.rsplit(".", 1)[1])
     assert got is None and after == before.rsplit(".", 1)[0] + f".{(k + 1) % 60}"
+    expect_raise_everywhere(lambda: hvd.allgather(huge, name="lean.huge"), hvd.MPIError,
+                            "count out of range")
 
 
 def test_the_other_collectives_leave_what_they_do_not_take():

@@ -7,7 +7,7 @@ an error here (MPI's int counts).
 # distutils: language = c++
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libc.limits cimport INT_MAX
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport *
@@ -34,10 +34,14 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
                  vector[int]& displs) noexcept nogil:
     cdef size_t i
     cdef int64_t off = 0, b
+    cdef uint64_t total = 0
     counts.resize(rows.size())
     displs.resize(rows.size())
     for i in range(rows.size()):     # checked before multiplying: a peer's count may be anything
         if rows[i] < 0 or (row_bytes and <uint64_t>rows[i] > <uint64_t>INT_MAX // row_bytes):
+            return HV_ERR_COUNT
+        total += <uint64_t>rows[i]  # rows of zero bytes: only their count can wrap
+        if total > <uint64_t>INT64_MAX:
             return HV_ERR_COUNT
         b = rows[i] * <int64_t>row_bytes
         if off + b > INT_MAX:
@@ -74,12 +78,12 @@ cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_b
                                    &req), &req)
         if err:
             return err
-    total_rows[0] = 0
-    for i in range(<size_t>n):
-        total_rows[0] += all_rows[i]
     err = _counts(all_rows, row_bytes, counts, displs)
     if err:
         return err
+    total_rows[0] = 0
+    for i in range(<size_t>n):      # checked by _counts: no wrap
+        total_rows[0] += all_rows[i]
     result[0] = result_into(into, into_bytes, total_rows[0] * row_bytes)
     if result[0] == NULL:
         return nomem(total_rows[0] * row_bytes + 1)

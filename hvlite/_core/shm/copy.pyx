@@ -65,9 +65,11 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     total_rows[0] = 0
     at.resize(a.L)
     for r in range(a.L):        # a peer's count is checked before it sizes anything
-        if all_rows[r] < 0 or (row_bytes and <uint64_t>all_rows[r] > <uint64_t>INT64_MAX // row_bytes
-                                or (<uint64_t>total_rows[0] + <uint64_t>all_rows[r]) * row_bytes
-                                > <uint64_t>INT64_MAX):
+        # the rows' total too: rows of zero bytes cost nothing, so only their count can wrap
+        if all_rows[r] < 0 or <uint64_t>total_rows[0] + <uint64_t>all_rows[r] > <uint64_t>INT64_MAX or (
+                row_bytes and (<uint64_t>all_rows[r] > <uint64_t>INT64_MAX // row_bytes
+                               or (<uint64_t>total_rows[0] + <uint64_t>all_rows[r]) * row_bytes
+                               > <uint64_t>INT64_MAX)):
             return HV_ERR_COUNT         # every rank read the same counts: all return here
         at[r] = <size_t>total_rows[0] * row_bytes
         total_rows[0] += all_rows[r]
@@ -136,7 +138,7 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     cdef size_t head = (<size_t>L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
     cdef size_t q = (a.seg - head) // <size_t>L if head < a.seg else 0
     cdef size_t most = 0, off, b
-    cdef uint64_t sent, got = 0
+    cdef uint64_t sent, got = 0, got_rows = 0
     cdef int64_t v
     cdef bint ok = splits_fit(splits, <size_t>L, rows)
     cdef char* out = NULL
@@ -180,7 +182,8 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
         recv_splits[0][r] = row[a.me]
         at[r] = <size_t>got
         got += recv_from[r]
-        if got > <uint64_t>INT64_MAX:
+        got_rows += <uint64_t>row[a.me]      # rows of zero bytes: only their count can wrap
+        if got > <uint64_t>INT64_MAX or got_rows > <uint64_t>INT64_MAX:
             return HV_ERR_COUNT
     out = result_into(into, into_bytes, <size_t>got)
     result[0] = out
