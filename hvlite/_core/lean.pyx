@@ -172,9 +172,8 @@ cdef class Lean:
                 return None
         if auto:
             name = self.names.take()
-        s = Submission.__new__(Submission)
-        s.collective, s.dtype, s.op, s.algorithm = C_ALLREDUCE, dt, o, algo
-        s.reused = auto or self.mark in name
+        s = self._submission(C_ALLREDUCE, dt, o, 0, name)     # an automatic name has the mark
+        s.algorithm = algo
         return name, s, out
 
     cdef object _kept(self, str name, cnp.ndarray a):
@@ -252,6 +251,7 @@ cdef class Lean:
         return self._dtype(<cnp.ndarray>x)
 
     cdef Submission _submission(self, int collective, int dtype, int op, int root, str name):
+        """Which call and how (an automatic name, or one with the mark, comes round again)."""
         cdef Submission s = Submission.__new__(Submission)
         s.collective, s.dtype, s.op, s.root = collective, dtype, op, root
         s.reused = self.mark in name
