@@ -4,6 +4,7 @@
 #   scripts/cluster.sh up K [--rate R] [--subnet A.B.C]   K hosts h1..hK (root)
 #   scripts/cluster.sh down                               remove everything `up` made
 #   scripts/cluster.sh status                             the hosts, or exit 1 if none
+#   scripts/cluster.sh shape R|none                       reshape every link (none: unshaped)
 #   scripts/cluster.sh exec HOST command ...              run a command on a host
 #
 # Each host is a network and a UTS namespace (its own interfaces and host name; the file system,
@@ -74,6 +75,29 @@ print(max(65536, int(bps * 0.002)))
 EOF
 }
 
+shape_link() {
+    # host i's link (namespace ns): its upload, then its download, at rate (none: unshaped)
+    local i=$1 ns=$2 rate=$3 burst=$4
+    ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+    tc qdisc del dev "hvlv$i" root 2>/dev/null || true
+    [ "$rate" != none ] || return 0
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
+    tc qdisc add dev "hvlv$i" root tbf rate "$rate" burst "$burst" latency 100ms
+}
+
+shape() {
+    local rate=${1:?shape RATE or none} burst="" i h
+    need_root
+    [ -f "$DIR/hosts" ] || die "no cluster is up"
+    [ "$rate" = none ] || burst=$(burst_for "$rate")
+    for h in $(hosts_of_state); do
+        i=${h#h}
+        shape_link "$i" "$NS_PREFIX$h" "$rate" "$burst"
+    done
+    if [ "$rate" = none ]; then echo unshaped; else echo "$rate"; fi > "$DIR/rate"
+    echo "cluster.sh: links $(cat "$DIR/rate")"
+}
+
 up() {
     local k="" rate="" subnet=10.213.47 i h ns addr
     while [ $# -gt 0 ]; do
@@ -111,10 +135,7 @@ up() {
         ip -n "$ns" link set lo up
         ip -n "$ns" addr add "$addr/24" dev eth0
         ip -n "$ns" link set eth0 up
-        if [ -n "$rate" ]; then       # the host's upload, then its download
-            ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
-            tc qdisc add dev "hvlv$i" root tbf rate "$rate" burst "$burst" latency 100ms
-        fi
+        [ -z "$rate" ] || shape_link "$i" "$ns" "$rate" "$burst"
         touch "$DIR/$h.uts"
         unshare --uts="$DIR/$h.uts" hostname "$h"
         echo "$h $addr" >> "$DIR/hosts.new"
@@ -187,8 +208,9 @@ case "${1:-}" in
     up) shift; up "$@" ;;
     down) need_root; down; echo "cluster.sh: down" ;;
     status) status ;;
+    shape) shift; shape "$@" ;;
     exec) shift; h=${1:?exec HOST command ...}; shift
           [ -x "$DIR/ssh" ] || die "no cluster is up"
           exec "$DIR/ssh" "$h" "$(printf '%q ' "$@")" ;;
-    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -162,6 +162,7 @@ cdef class Coordinator:
                 for i, r in enumerate(local.allgather(self.ctx.rank)):
                     slots[r] = i
                 watch_share_beats(&self.watch, beats, stride, slots)
+        self.watch.naps = nodes > 1     # data waits cross a network (liveness.pxd)
         for r in (ranks if ranks is not None else range(self.ctx.size)):
             self.granks.push_back(int(r))
         self.fusion.threshold = fusion_threshold

@@ -27,6 +27,10 @@ cdef struct Watch:
     int64_t* sent                # per peer: messages sent to it, and received from it
     int64_t* got
     bint quiet                   # quiesced: nothing of the watch is in flight any more
+    # Waits on data nap once long instead of yielding (the set spans hosts): there the data
+    # comes over a network, not from a peer that needs this core, and a thread that yields for
+    # milliseconds per transfer takes the core from the ranks' compute (wait_all).
+    bint naps
     # Peers on this node also beat in shared memory (watch_share_beats): a peer whose beat goes
     # on is alive, even when its messages do not get through (its MPI's buffers held by sends to
     # a stopped rank), so only the stopped one is named.
@@ -60,7 +64,8 @@ cdef void watch_ping_all(Watch* w) noexcept nogil
 cdef void watch_fail_all(Watch* w, const char* why) noexcept nogil
 # MPI_Waitall that stays in touch: spins (yielding after a while), polls the thread's watch once
 # a wait has lasted a few milliseconds, and with `patient` sleeps between tests (waits on a late
-# rank, not on data in transit). Returns HV_ERR_LOST when the watch finds a peer lost.
+# rank, not on data in transit); a data wait naps instead of yielding where the thread's watch
+# says so (Watch.naps). Returns HV_ERR_LOST when the watch finds a peer lost.
 cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil
 # After an MPI error: whether a peer told of a failure of its own, looking for up to `grace`
 # seconds (its notice may trail the error that another peer's exit caused; it was sent first).

@@ -42,6 +42,11 @@ cdef enum:
     POLL_AFTER_NS = 5000000 # a wait polls its watch once it has lasted 5 ms,
     POLL_EVERY_NS = 2000000 # then every 2 ms
 
+# A data wait that naps (Watch.naps) sleeps this long between tests once it has lasted 200 us
+# (about 70 us with the kernel's default timer slack): short against a transfer over a network,
+# long enough to leave the core to compute.
+cdef double DATA_NAP = 20e-6
+
 
 cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after) except -1:
     cdef int i
@@ -67,6 +72,7 @@ cdef int watch_init(Watch* w, MPI_Comm ctl, double ping_after, double lost_after
     w.beat_seen = NULL
     w.beat_stride = 0
     w.quiet = False
+    w.naps = False
     if ctl == MPI_COMM_NULL:
         return 0
     MPI_Comm_rank(ctl, &w.rank)
@@ -356,11 +362,13 @@ cdef int wait_all(int count, MPI_Request* reqs, bint patient) noexcept nogil:
             next_poll = now + POLL_EVERY_NS * 1e-9
             if watch_poll(w, now - t0) >= 0:
                 return HV_ERR_LOST
-        if not patient or now - t0 < 200e-6:
+        if now - t0 < 200e-6 or not (patient or (w != NULL and w.naps)):
             hv_yield()
-        else:
+        elif patient:
             hv_sleep(pause)
             pause = pause * 2 if pause < 1e-3 else 1e-3
+        else:
+            hv_sleep(DATA_NAP)
 
 
 cdef bint watch_peer_failed(Watch* w, double grace) noexcept nogil:

@@ -3,6 +3,7 @@ already up is used and left up), jobs started on it through hvliterun -H under a
 
 Emulated hosts need root and network namespaces; where they are not allowed the tests skip,
 saying why, rather than run on one host and prove nothing."""
+import contextlib
 import os
 import shutil
 import signal
@@ -55,6 +56,24 @@ class Cluster:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    @contextlib.contextmanager
+    def shaped(self, rate):
+        """Every link shaped to `rate` (tc's token bucket, both directions) for the block, then
+        back to what it was (`scripts/cluster.sh shape`)."""
+        before = open(os.path.join(emulated.state_dir(), "rate")).read().strip() or "unshaped"
+
+        def shape(r):
+            done = subprocess.run(["bash", SCRIPT, "shape", r], capture_output=True, text=True,
+                                  timeout=60)
+            if done.returncode:
+                pytest.fail(f"scripts/cluster.sh shape {r} failed:\n{done.stdout}{done.stderr}",
+                            pytrace=False)
+        shape(rate)
+        try:
+            yield
+        finally:
+            shape("none" if before == "unshaped" else before)
 
     def run(self, hosts, argv, timeout=120, env=None, check=True, np=None):
         """hvliterun -np N -H `hosts` argv..., with this checkout first on every rank's path;

@@ -19,6 +19,7 @@ import emulated_cluster
 
 matrix = pytest.mark.cluster_matrix
 TRAFFIC = os.path.join(ROOT, "tests", "cluster", "mpi_traffic.py")
+WAITS = os.path.join(ROOT, "tests", "cluster", "mpi_waits.py")
 FAULTY = os.path.join(ROOT, "tests", "run", "faulty.py")
 
 
@@ -134,6 +135,16 @@ def test_rhd_keeps_its_largest_exchange_within_a_host(cluster):
     out = cluster.run("h1:2,h2:2", [sys.executable, TRAFFIC, "rhd", "8", "4"])[1]
     ratios = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("traffic rhd")[1])]
     assert len(ratios) == 2 and all(0.95 < r < 1.25 for r in ratios), out
+
+
+def test_data_waits_across_hosts_leave_the_core(cluster):
+    """Over a slow link a rank waits milliseconds for each piece of data; those waits nap
+    instead of yielding (liveness.wait_all, Watch.naps), so the rank's CPU time is a small part
+    of the wall time and the core stays with compute (a yielding wait costs all of it)."""
+    with cluster.shaped("100mbit"):
+        out = cluster.run("h1:1,h2:1", [sys.executable, WAITS, "ring", "4", "2"], timeout=120)[1]
+    shares = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("waits ring")[1])]
+    assert len(shares) == 2 and all(s < 0.5 for s in shares), out
 
 
 @matrix
