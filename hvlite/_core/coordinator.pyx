@@ -440,12 +440,15 @@ cdef class Coordinator:
             self.ctx.ways.scale, self.ctx.ways.scale_only = factor, code
             hv_unlock(&self.rmon)
 
-    def _scale_trials(self, double factor):
-        """Tests only: auto's trials record factor x their time from now on (3: a calibration
-        disturbed as a busy machine would, which the job's later calls must catch)."""
+    def _scale_trials(self, double factor, str algorithm=None):
+        """Tests only: auto's trials (of `algorithm` only, when given) record factor x their time
+        from now on (3: a calibration disturbed as a busy machine would, which the job's later
+        calls must catch)."""
+        from hvlite._core.codes import ALGORITHMS
+        cdef int code = -1 if algorithm is None else ALGORITHMS.code(algorithm)
         with nogil:
             hv_lock(&self.rmon)
-            self.ctx.cal.scale = factor
+            self.ctx.cal.scale, self.ctx.cal.scale_only = factor, code
             hv_unlock(&self.rmon)
 
     def death(self):

@@ -20,6 +20,7 @@ import emulated_cluster
 matrix = pytest.mark.cluster_matrix
 TRAFFIC = os.path.join(ROOT, "tests", "cluster", "mpi_traffic.py")
 WAITS = os.path.join(ROOT, "tests", "cluster", "mpi_waits.py")
+NEAR = os.path.join(ROOT, "tests", "cluster", "mpi_calibrate_hosts.py")
 FAULTY = os.path.join(ROOT, "tests", "run", "faulty.py")
 
 
@@ -145,6 +146,13 @@ def test_data_waits_across_hosts_leave_the_core(cluster):
         out = cluster.run("h1:1,h2:1", [sys.executable, WAITS, "ring", "4", "2"], timeout=120)[1]
     shares = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("waits ring")[1])]
     assert len(shares) == 2 and all(s < 0.5 for s in shares), out
+
+
+def test_auto_across_hosts_skips_what_lost_nearby(cluster):
+    """Across hosts a class tries only what did not lose by over 1.5x in a measured class
+    nearby, and that class's pick: ring, made to lose at 1 MiB, is not tried at 2 MiB."""
+    out = cluster.run("h1:2,h2:2", [sys.executable, NEAR], timeout=180)[1]
+    assert "near " in out, out
 
 
 @matrix

@@ -4,6 +4,7 @@ from libc.stdlib cimport free, calloc
 from libc.stdint cimport uint64_t
 from posix.mman cimport munmap
 from libc.string cimport memcpy
+from libc.stdio cimport fprintf, stderr
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
@@ -21,7 +22,8 @@ from hvlite._core.algorithms.hierarchical cimport hierarchical_allreduce
 from hvlite._core.algorithms.mpiref cimport mpi_allreduce
 from hvlite._core.algorithms.adasum cimport adasum_allreduce
 from hvlite._core.tuning.calibrate cimport (Calibration, CAL_CLASSES, CAL_SLOTS, CAL_LOW, CAL_MAX_CANDIDATES,
-                                     size_class, cal_init, cal_begin, cal_next, cal_kept, cal_done)
+                                     size_class, cal_init, cal_begin, cal_next, cal_kept, cal_done,
+                                     cal_neighbour, cal_lost)
 from hvlite._core.shm.segment cimport (ShmPiece, shm_open_area, shm_close_area, shm_allreduce,
                                shm_allreduce_pieces, shm_set_why, shm_barrier_seconds)
 from hvlite._core.shm.cma cimport (shm_direct_allreduce, direct_probe, direct_worth, ptracer_hold,
@@ -176,7 +178,7 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
 
 
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False) noexcept nogil:
-    cdef int cls, model, n = 0, a
+    cdef int cls, model, n = 0, a, near
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
     cdef double best
@@ -191,17 +193,28 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
         return model
     if c.cal.ncand[cls] == 0:
-        # The candidates: what the model may choose here and predicts within 2.5x of its best.
+        # The candidates: what the model may choose here and predicts within 2.5x of its best;
+        # across nodes less what lost in a class nearby, and that class's pick (calibrate.pyx).
         best = predict(model, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+        near = cal_neighbour(&c.cal, cls) if c.nodes > 1 else -1
         for a in range(ALG_COUNT):
             if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
                 pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
-                if a == model or pred[n] <= 2.5 * best:
+                if near >= 0 and a == c.cal.pick[near] or (
+                        (a == model or pred[n] <= 2.5 * best)
+                        and not (near >= 0 and cal_lost(&c.cal, near, a))):
                     cand[n] = a
                     n += 1
         if n <= 1:
-            c.cal.pick[cls] = <signed char>model
-            return model
+            a = cand[0] if n == 1 else model
+            c.cal.pick[cls] = <signed char>a
+            c.cal.at_bytes[cls] = <double>nbytes
+            if near >= 0 and c.cal.verbose and c.rank == 0:
+                fprintf(stderr, b"hvlite: auto at %.0f bytes%s: %s alone, the others over 1.5x "
+                        b"its time at %.0f bytes\n", <double>nbytes,
+                        b" out of place" if apart else b"", HV_ALGORITHM_NAMES[a],
+                        c.cal.at_bytes[near])
+            return a
         cal_begin(&c.cal, cls, nbytes, cand, pred, n)
     a = cal_next(&c.cal, cls)
     if a == ALG_SHM and _way_open(c, nbytes, False):

@@ -62,6 +62,11 @@ cdef int size_class(size_t nbytes, bint apart=*) noexcept nogil
 # their predicted seconds.
 cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,
                     const double* predicted, int n) noexcept nogil
+# The nearest class of the same kind (in place or apart), one or two classes away, that has a
+# pick (its trials are over, or it had a lone candidate); -1 if none.
+cdef int cal_neighbour(const Calibration* cal, int cls) noexcept nogil
+# Whether algo's trials in class cls took over NEAR x the time of the class's pick.
+cdef bint cal_lost(const Calibration* cal, int cls, int algo) noexcept nogil
 # The algorithm for this call of class cls (its trials under way): the next candidate in turn,
 # timed from now.
 cdef int cal_next(Calibration* cal, int cls) noexcept nogil

@@ -27,6 +27,13 @@ so every rank records the same times and picks alike.
   took 30-40 us there against 6 us in the job's later calls, and auto kept rd or rhd at 1.6-1.7x
   the best in two launches of three. The flag is agreed (the round's bits), so every rank skips
   alike; such a call runs the model's choice.
+- Across nodes a call costs milliseconds and a slow candidate's trials whole training steps
+  (rd at 3 MB on 2 hosts of 2 ranks at 1 Gbit/s: 55 ms against shm's 23), while fused batches
+  spread a job's calls over several classes. So there a class tries only what did not lose by
+  over NEAR x the pick in the nearest measured class a factor of 2 or 4 away, and that pick;
+  a lone survivor is taken without trials. Algorithms' costs move smoothly with size: a 1.5x
+  gap does not close within a factor of 4. One node keeps every candidate (trials cost
+  microseconds there).
 - The pick is confirmed on the job's calls: windows of CAL_WINDOW calls, timed and agreed in
   one all-reduce, right after the pick and then at doubling gaps (at most CAL_GAP_MAX calls
   apart). A window whose median departs from the pick's trial time by more than DRIFT either
@@ -45,6 +52,7 @@ cdef extern from "sync.h" nogil:
 cdef double TIE = 1.05      # within this of the fastest, the model's order decides
 cdef double CUT = 2.0       # slower than this x the fastest in the first pass: dropped
 cdef double DRIFT = 1.5     # a confirming window this far from the trials: measure again
+cdef double NEAR = 1.5      # across nodes: slower than this x the pick a class or two away: not tried
 
 
 cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noexcept nogil:
@@ -79,6 +87,21 @@ cdef int size_class(size_t nbytes, bint apart=False) noexcept nogil:
     if k > CAL_HIGH:
         k = CAL_HIGH
     return k - CAL_LOW + (CAL_CLASSES if apart else 0)
+
+
+cdef int cal_neighbour(const Calibration* cal, int cls) noexcept nogil:
+    cdef int base = cls - cls % CAL_CLASSES, d, j, k
+    for d in range(1, 3):
+        for j in range(2):
+            k = cls - d if j == 0 else cls + d
+            if base <= k < base + CAL_CLASSES and cal.pick[k] >= 0:
+                return k
+    return -1
+
+
+cdef bint cal_lost(const Calibration* cal, int cls, int algo) noexcept nogil:
+    cdef double mine = cal.seconds[cls][algo], won = cal.seconds[cls][cal.pick[cls]]
+    return mine > 0 and won > 0 and mine > NEAR * won
 
 
 cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candidates,

@@ -1,0 +1,47 @@
+"""Rank side: across hosts a size class tries only what did not lose by over 1.5x in a measured
+class nearby, and that class's pick (tuning/calibrate.pyx, NEAR).
+
+`python mpi_calibrate_hosts.py`: ring's trials at 1 MiB record 4x their time (so ring loses
+there), then calls at 2 MiB (the next class) run until it has a pick; rank 0 prints
+`near <1 MiB entry> | <2 MiB entry>` as JSON, and every rank checks the rule."""
+import json
+
+import numpy as np
+
+import hvlite as hvd
+
+hvd.init()
+coord = hvd._current().global_state.coordinator
+
+
+def measure(nbytes, name, most=200):
+    x = np.ones(nbytes // 4, np.float32)
+    cls = 1 << (nbytes.bit_length() - 1)
+    for _ in range(most):
+        if cls in coord.calibration():
+            return coord.calibration()[cls]
+        h = hvd.allreduce_async_(x, op=hvd.Sum, name=name)
+        h.wait()
+        hvd.synchronize(h)
+        assert np.all(x == hvd.size()), (nbytes, x[:4])
+        x[:] = 1
+    raise SystemExit(f"class {cls} not measured after {most} calls")
+
+
+coord._scale_trials(4.0, "ring")
+low = measure(1 << 20, "near.low")
+coord._scale_trials(1.0)
+high = measure(2 << 20, "near.high")
+lost = {a for a, s in low["seconds"].items() if s > 1.5 * low["seconds"][low["pick"]]}
+tried = set(high["calls"]) if high["calls"] else {high["pick"]}
+problems = []
+if "ring" not in lost:
+    problems.append("ring's 4x trials did not lose at 1 MiB")
+if tried & lost:
+    problems.append(f"2 MiB tried {sorted(tried & lost)}, which lost by over 1.5x at 1 MiB")
+if low["pick"] not in tried:
+    problems.append(f"2 MiB did not try 1 MiB's pick {low['pick']}")
+if hvd.rank() == 0:
+    print("near " + json.dumps(low) + " | " + json.dumps(high), flush=True)
+assert not problems, problems
+hvd.shutdown()
