@@ -19,7 +19,6 @@ import emulated_cluster
 
 matrix = pytest.mark.cluster_matrix
 TRAFFIC = os.path.join(ROOT, "tests", "cluster", "mpi_traffic.py")
-WAITS = os.path.join(ROOT, "tests", "cluster", "mpi_waits.py")
 NEAR = os.path.join(ROOT, "tests", "cluster", "mpi_calibrate_hosts.py")
 FAULTY = os.path.join(ROOT, "tests", "run", "faulty.py")
 
@@ -143,7 +142,7 @@ def test_data_waits_across_hosts_leave_the_core(cluster):
     instead of yielding (liveness.wait_all, Watch.naps), so the rank's CPU time is a small part
     of the wall time and the core stays with compute (a yielding wait costs all of it)."""
     with cluster.shaped("100mbit"):
-        out = cluster.run("h1:1,h2:1", [sys.executable, WAITS, "ring", "4", "2"], timeout=120)[1]
+        out = cluster.run("h1:1,h2:1", [sys.executable, TRAFFIC, "ring", "4", "2"], timeout=120)[1]
     shares = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("waits ring")[1])]
     assert len(shares) == 2 and all(s < 0.5 for s in shares), out
 
