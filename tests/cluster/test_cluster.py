@@ -129,11 +129,18 @@ def test_process_sets(cluster):
                    env={"HVLITE_DYNAMIC_PROCESS_SETS": "1"}, timeout=240)
 
 
+def figures(out, head):
+    """The numbers of mpi_traffic.py's line that starts with `head` (`traffic ALGO` or `waits
+    ALGO`)."""
+    line = out.split(head, 1)[1].splitlines()[0]
+    return [float(r) for r in re.findall(r"=(\d+\.\d+)", line)]
+
+
 def test_rhd_keeps_its_largest_exchange_within_a_host(cluster):
     """With ranks placed host by host, rhd's halving starts at distance 1: each host sends n
     bytes per all-reduce of n (per rank n/4 twice), not 2n as with the p/2 partner first."""
     out = cluster.run("h1:2,h2:2", [sys.executable, TRAFFIC, "rhd", "8", "4"])[1]
-    ratios = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("traffic rhd")[1])]
+    ratios = figures(out, "traffic rhd")
     assert len(ratios) == 2 and all(0.95 < r < 1.25 for r in ratios), out
 
 
@@ -143,7 +150,7 @@ def test_data_waits_across_hosts_leave_the_core(cluster):
     of the wall time and the core stays with compute (a yielding wait costs all of it)."""
     with cluster.shaped("100mbit"):
         out = cluster.run("h1:1,h2:1", [sys.executable, TRAFFIC, "ring", "4", "2"], timeout=120)[1]
-    shares = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split("waits ring")[1])]
+    shares = figures(out, "waits ring")
     assert len(shares) == 2 and all(s < 0.5 for s in shares), out
 
 
@@ -160,7 +167,7 @@ def test_traffic_of_the_other_algorithms(cluster, algorithm, low, high):
     """The same count for ring (1.5n per host: 2(p-1)/p n over one crossing edge) and
     hierarchical (n: the leaders' exchange only)."""
     out = cluster.run("h1:2,h2:2", [sys.executable, TRAFFIC, algorithm, "8", "4"])[1]
-    ratios = [float(r) for r in re.findall(r"=(\d+\.\d+)", out.split(f"traffic {algorithm}")[1])]
+    ratios = figures(out, f"traffic {algorithm}")
     assert len(ratios) == 2 and all(low < r < high for r in ratios), out
 
 
