@@ -445,7 +445,10 @@ cdef class Coordinator:
         from now on (3: a calibration disturbed as a busy machine would, which the job's later
         calls must catch)."""
         from hvlite._core.codes import ALGORITHMS
-        cdef int code = -1 if algorithm is None else ALGORITHMS.code(algorithm)
+        found = -1 if algorithm is None else ALGORITHMS.code(algorithm)
+        if found is None:
+            raise ValueError(f"_scale_trials: no algorithm {algorithm!r}")
+        cdef int code = found
         with nogil:
             hv_lock(&self.rmon)
             self.ctx.cal.scale, self.ctx.cal.scale_only = factor, code

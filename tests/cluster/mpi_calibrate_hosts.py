@@ -3,7 +3,8 @@ class nearby, and that class's pick (tuning/calibrate.pyx, NEAR).
 
 `python mpi_calibrate_hosts.py`: ring's trials at 1 MiB record 4x their time (so ring loses
 there), then calls at 2 MiB (the next class) run until it has a pick; rank 0 prints
-`near <1 MiB entry> | <2 MiB entry>` as JSON, and every rank checks the rule."""
+`near <1 MiB entry> | <2 MiB entry>` as JSON, and every rank checks the rule. Run with the
+cost model pinned (HVLITE_PROBE=0), whose figures make ring a candidate at 1 MiB on any machine."""
 import json
 
 import numpy as np
@@ -32,6 +33,7 @@ coord._scale_trials(4.0, "ring")
 low = measure(1 << 20, "near.low")
 coord._scale_trials(1.0)
 high = measure(2 << 20, "near.high")
+assert "ring" in low["calls"], f"ring is not among 1 MiB's candidates: {low}"   # the pinned model
 lost = {a for a, s in low["seconds"].items() if s > 1.5 * low["seconds"][low["pick"]]}
 tried = set(high["calls"]) if high["calls"] else {high["pick"]}
 problems = []
