@@ -10,6 +10,7 @@ class Coordinator:
     rounds: int
     slow_rounds: int
     ridden: int
+    express_rounds: int
     negotiate_seconds: float
     own_seconds: float
     def __init__(self, comm: Any, local: Any, cross: Any, uniform: bool, nodes: int,

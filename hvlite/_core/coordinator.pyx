@@ -41,7 +41,7 @@ from hvlite._core.execute.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, rec_item, make_writer, K_CYCLE
 from hvlite._core.tuning.autotune cimport Tuner, tune_init, tune_grid, tune_round, tune_window_reset
 from hvlite._core.pending cimport Pending, make_pending, Ledger, make_ledger
-from hvlite._core.submission cimport Submission, new_request
+from hvlite._core.submission cimport Submission, new_request, fill_request
 from hvlite._core.codes cimport error_text
 cimport mpi4py.MPI as MPI
 from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, watch_current,
@@ -126,7 +126,18 @@ cdef class Coordinator:
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     cdef Ledger ledger              # every Pending whose request may still be in flight
     cdef Pending spare              # run_now's, made ahead (its req NULL until given out)
+    cdef Request* spare_req         # run_now's request, filled again by the next call once it
+                                    # completed in its own round (NULL: given to a Pending)
     cdef Request* now_req           # run_now's request for the round it runs (rmon held)
+    cdef int now_slot               # and its cache slot when it takes the express round, else -1
+    # the express round (run_now's cache hit with nothing else under way): its request, in no
+    # table (NULL when none), its name for submit's in-flight check (qmon), and the round's
+    # bits and item, kept from call to call so that the round allocates nothing
+    cdef Request* xreq
+    cdef const string* xname
+    cdef vector[uint64_t] xbits
+    cdef vector[Item] xitems
+    cdef readonly int64_t express_rounds
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -135,6 +146,11 @@ cdef class Coordinator:
         self.doing_items = NULL
         self.doing_at = -1
         self.now_req = NULL
+        self.now_slot = -1
+        self.spare_req = NULL
+        self.xreq = NULL
+        self.xname = NULL
+        self.xitems.resize(1)
         self.ctx.scratch.buf = NULL
         self.fusion.buf = NULL
         self.fusion.cap = 0
@@ -183,6 +199,7 @@ cdef class Coordinator:
         self.ledger = make_ledger(&self.dmon)
 
     def __dealloc__(self):
+        del self.spare_req
         watch_free(&self.watch)
         context_free(&self.ctx)
         fusion_free(&self.fusion)
@@ -209,7 +226,7 @@ cdef class Coordinator:
         cdef Pending p
         for attempt in range(3):
             hv_lock(&self.qmon)
-            problem = 1 if self.dead else (2 if self.inflight.count(cname) else 0)
+            problem = 1 if self.dead else (2 if self._in_flight(cname) else 0)
             hv_unlock(&self.qmon)
             if problem != 2 or attempt == 2 or not s.reused:
                 break
@@ -229,7 +246,7 @@ cdef class Coordinator:
             hv_lock(&self.qmon)
             if self.dead:
                 problem = 1
-            elif self.inflight.count(cname):    # another thread took the name meanwhile
+            elif self._in_flight(cname):    # another thread took the name meanwhile
                 problem = 2
             else:
                 self.inflight.insert(cname)
@@ -266,15 +283,23 @@ cdef class Coordinator:
         (its first round did not complete it: a peer not there yet, a cache miss; or, completed,
         it holds a result the coordinator allocated: an allgather's rows unlike `out`). Anything
         else under way (queued work, another thread's round, a name in flight) goes through
-        submit(). That is half of submit's lock turns, and no Pending made, on the commonest
-        call (a named 4 KiB all-reduce on one node: 16 -> 8 turns)."""
+        submit(). A cache hit takes the express round (_express): no table holds its request,
+        and the request is filled again by the next call, so a steady loop allocates nothing."""
         cdef Py_ssize_t n
         cdef const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n)     # a str: the lean face's
-        cdef Request* req = new_request(s, string(utf8, n), inp, out)
+        cdef Request* req = self.spare_req
         # The spare is this call's until it is put back (another thread's call, made while this
         # one runs its round without the GIL, makes its own).
         cdef Pending p = self.spare
         cdef int took, status
+        self.spare_req = NULL
+        if req == NULL:
+            req = new Request()
+        try:
+            fill_request(req, s, utf8, n, inp, out)
+        except BaseException:
+            del req
+            raise
         self.spare = None
         keep = inp if out is inp else (inp, out)     # made before too: in place, no new object
         if p is None:       # made before the round: nothing can fail once the request is in
@@ -285,7 +310,7 @@ cdef class Coordinator:
             took = self._take_now(req)
         if took == 0:
             self.spare = p
-            del req
+            self._spare(req)
             return self.submit(name, s, inp, out)
         if self.ledger.live:        # dropped handles completed meanwhile are let go, as submit does
             self.ledger.sweep()
@@ -310,21 +335,43 @@ cdef class Coordinator:
             return (req.error_kind, req.error.decode("utf-8", "replace"), req.error_code)
         finally:
             free(req.result)
+            req.result = NULL
+            self._spare(req)
+
+    cdef void _spare(self, Request* req):
+        """Keep a request no one holds for the next run_now (one kept; any other is freed)."""
+        if self.spare_req == NULL:
+            self.spare_req = req
+        else:
             del req
+
+    cdef bint _in_flight(self, const string& name) noexcept nogil:
+        """(qmon held) Whether a request of this name is in flight here."""
+        return self.inflight.count(name) != 0 or (self.xname != NULL and deref(self.xname) == name)
 
     cdef int _take_now(self, Request* req) noexcept nogil:
         """run_now's round: 0 when something else is under way (nothing done); else, once one
         round has run with `req`, 2 when that round completed it (or failed it), 1 when it was
-        still in flight as the round lock was let go (another thread may complete it since)."""
+        still in flight as the round lock was let go (another thread may complete it since).
+        A cache hit while nothing else is pending here takes the express round (_express)."""
         cdef Watch* saved
         cdef bint ok, last, kick, left, done
+        cdef int slot = -1
         if not hv_trylock(&self.rmon):
             return 0
+        if (self.pending.empty() and self.invalid_slots.empty() and not self.joined
+                and self.njoined == 0 and not self.rec.on
+                and (self.ctx.rank != 0 or self.table.entries.empty())
+                and cacheable(req.meta.collective)):
+            slot = cache_lookup(&self.cache, req.name, req.meta)    # STALE (< 0): the round's
         hv_lock(&self.qmon)
         ok = not (self.dead or self.stop_requested or self.finished or self.busy or self.kick
-                  or not self.queue.empty() or self.inflight.count(req.name))
+                  or not self.queue.empty() or self._in_flight(req.name))
         if ok:
-            self.inflight.insert(req.name)
+            if slot >= 0:
+                self.xname = &req.name
+            else:
+                self.inflight.insert(req.name)
         hv_unlock(&self.qmon)
         if not ok:
             self._release_round()
@@ -332,17 +379,20 @@ cdef class Coordinator:
         saved = watch_current()
         watch_bind(&self.watch)
         self.now_req = req
+        self.now_slot = slot
         last = self._step() != 0
         kick = self.watch.ctl != MPI_COMM_NULL and self.watch.wanted > self.watch.clock
         watch_bind(saved)
         done = hv_load(&req.status) != ST_PENDING      # read while only this thread runs rounds
         left = not self.pending.empty()
-        self._release_round()
-        if not last and (kick or left):
+        if self.xname != NULL or (not last and (kick or left)):
             hv_lock(&self.qmon)     # what is left is the coordinator thread's
-            self.kick = self.kick or kick
-            hv_notify_all(&self.qmon)
+            self.xname = NULL       # before the round lock goes: the name is no longer in flight
+            if not last and (kick or left):
+                self.kick = self.kick or kick
+                hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
+        self._release_round()
         return 2 if done else 1
 
     def sweep(self):
@@ -582,17 +632,24 @@ cdef class Coordinator:
         cdef vector[Request*] fresh
         cdef bint stopping = False
         cdef double t0 = -1
-        if self.now_req != NULL:
-            fresh.push_back(self.now_req)
-            t0 = self.now_req.submitted     # stamped just now: the round's start too
+        cdef int last
+        if self.now_req != NULL and self.now_slot >= 0:
+            last = self._express(self.now_req, self.now_slot)
             self.now_req = NULL
+            self.now_slot = -1
         else:
-            hv_lock(&self.qmon)
-            fresh.swap(self.queue)
-            stopping = self.stop_requested
-            hv_unlock(&self.qmon)
-        self._intake(fresh)
-        if self._round(stopping, t0):
+            if self.now_req != NULL:
+                fresh.push_back(self.now_req)
+                t0 = self.now_req.submitted     # stamped just now: the round's start too
+                self.now_req = NULL
+            else:
+                hv_lock(&self.qmon)
+                fresh.swap(self.queue)
+                stopping = self.stop_requested
+                hv_unlock(&self.qmon)
+            self._intake(fresh)
+            last = self._round(stopping, t0)
+        if last:
             if self.stopped_together:
                 watch_quiesce(&self.watch)
             hv_lock(&self.qmon)
@@ -714,22 +771,31 @@ cdef class Coordinator:
         return done
 
     cdef int _negotiate_and_run(self, bint stopping, vector[Item]& items, double t0) noexcept nogil:
-        cdef int W = (self.cache.capacity + 63) // 64, err, finish = 0
+        cdef int W = (self.cache.capacity + 63) // 64, err
         cdef vector[uint64_t] bits
-        cdef double t1, ready
-        cdef uint64_t flags
         if self.ride.dirty:
             rides_layout(&self.ride, &self.cache)
         self._vote(bits, W, stopping, t0)
         self.own_seconds += hv_now() - t0
+        err = self._agree(bits, W, stopping)
+        return self._settle(bits, W, items, t0, hv_now(), err)
+
+    cdef int _agree(self, vector[uint64_t]& bits, int W, bint stopping) noexcept nogil:
+        """The round's agreement: every rank's bits ANDed (and small all-reduces riding along)."""
         self.watch.negotiating = True
         if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
             watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
         if self.node_agree:     # one node, its segment: flags instead of MPI messages
-            err = shm_and_words(&self.ctx.shm, bits.data(), self.ride.nwords)
-        else:
-            err = rides_agree(&self.ride, self.ctx.comm, bits.data())
-        t1 = hv_now()
+            return shm_and_words(&self.ctx.shm, bits.data(), self.ride.nwords)
+        return rides_agree(&self.ride, self.ctx.comm, bits.data())
+
+    cdef int _settle(self, vector[uint64_t]& bits, int W, vector[Item]& items, double t0,
+                     double t1, int err) noexcept nogil:
+        """The round after its agreement (agreed at t1, `err` its failure): drop what some rank
+        found stale, run what is ready everywhere, go to rank 0 for the rest."""
+        cdef int finish = 0
+        cdef double ready
+        cdef uint64_t flags
         if err:
             self._die_err(b"negotiation failed: ", err)
             return 1
@@ -764,6 +830,92 @@ cdef class Coordinator:
                       self.dead_reason.c_str(), 0)
             return 1
         return 0
+
+    cdef int _express(self, Request* req, int slot) noexcept nogil:
+        """run_now's round for a cache hit while nothing else is pending here (_take_now looked):
+        this rank votes for its one slot and, when the agreement comes back clean (the slot
+        ready everywhere, nothing stale, no rank going to rank 0 or joined), runs it with no
+        table holding the request, in a round that allocates nothing. Otherwise the request
+        joins the tables as _intake would have put it there, and the round goes on as any
+        other (_settle). The agreed bits decide what runs, so every rank runs the same
+        whichever way it went. Returns 1 when the coordinator must stop."""
+        cdef int W = (self.cache.capacity + 63) // 64, err, w, done
+        cdef double t0 = req.submitted, t1
+        cdef uint64_t flags, want = SLOW_FLAGS | FLAG_NOT_JOINED
+        cdef bint clean
+        cdef Item* item
+        cdef Meta* meta
+        cdef vector[Item] items
+        if self.ride.dirty:
+            rides_layout(&self.ride, &self.cache)
+        req.slot = slot
+        req.sent = False
+        bits_reset(self.xbits, W)
+        bits_mark_ready(self.xbits, slot)
+        if self.ride.at[slot] >= 0:
+            rides_board(&self.ride, self.ride.at[slot], req.input)
+        bits_set_flags(self.xbits, W, FLAG_NO_MISSES | FLAG_NOT_STOPPING | FLAG_NO_STALL |
+                       FLAG_NOT_JOINED | (0 if self.tune.publish else FLAG_NO_TUNE))
+        self.xreq = req
+        err = self._agree(self.xbits, W, False)
+        t1 = hv_now()
+        flags = bits_flags(self.xbits, W)
+        clean = err == 0 and (flags & want) == want and bits_ready(self.xbits, slot)
+        w = W
+        while clean and w < 2 * W:      # no slot found stale anywhere
+            clean = self.xbits[w] == ~(<uint64_t>0)
+            w += 1
+        if not clean:
+            self._materialize(req)
+            self.doing_items = &items
+            self.doing_at = -1
+            done = self._settle(self.xbits, W, items, t0, t1, err)
+            self.doing_items = NULL
+            return done
+        self.clock += 1
+        self.watch.clock = self.clock
+        self.watch.negotiating = False
+        self.rounds += 1
+        self.express_rounds += 1
+        self.cache.last_used[slot] = self.clock
+        item = &self.xitems[0]      # as _cached makes it: strings and vectors keep their room
+        item.name.assign(req.name)      # (an assignment would copy into a temporary first)
+        meta = &self.cache.metas[slot]
+        item.meta.collective, item.meta.dtype, item.meta.op = meta.collective, meta.dtype, meta.op
+        item.meta.root, item.meta.algorithm, item.meta.apart = meta.root, meta.algorithm, meta.apart
+        item.meta.shape.assign(meta.shape.begin(), meta.shape.end())
+        item.meta.error.assign(meta.error)
+        item.req = req
+        item.value = -1
+        item.late.clear()
+        item.err = 0
+        item.ride = self.ride.at[slot]
+        item.hit = True
+        self.negotiate_seconds += t1 - t0
+        self.doing_items = &self.xitems
+        self.doing_at = -1
+        self._run_ready(self.xitems, True, t0, t1)
+        self.doing_items = NULL
+        self.xreq = NULL
+        if hv_load(&req.status) == ST_PENDING:     # not completed (this rank failed, a peer was
+            self._materialize(req)                  # lost): failed below with anything else
+        if not self.failure.empty():
+            self._die(E_FAILED, self.failure.c_str(), 0)
+            return 1
+        if self.watch.lost >= 0:
+            self._die_err(b"", HV_ERR_LOST)
+            return 1
+        return 0
+
+    cdef void _materialize(self, Request* req) noexcept nogil:
+        """The express round's request joins the tables, as _take_now and _intake put any other
+        request there (in flight by name, pending in its slot)."""
+        self.xreq = NULL
+        hv_lock(&self.qmon)
+        self.xname = NULL
+        self.inflight.insert(req.name)
+        hv_unlock(&self.qmon)
+        self.pending[req.name] = req
 
     cdef void _vote(self, vector[uint64_t]& bits, int W, bint stopping, double now) noexcept nogil:
         """This rank's part of the round's all-reduce: its ready slots, the slots it found stale,
@@ -1045,6 +1197,11 @@ cdef class Coordinator:
             blen = error_text(code, buf, 511)
             msg.append(buf, blen)
             req.error_code = code
+        if req == self.xreq:        # the express round's: in no table, no one else sees it
+            req.error_kind = kind
+            req.error = msg
+            hv_store(&req.status, status)
+            return
         hv_lock(&self.qmon)
         self.inflight.erase(req.name)
         hv_unlock(&self.qmon)

@@ -90,6 +90,7 @@ cdef class Lean:
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
     cdef object handle            # (pending, out, name) -> the caller's handle
     cdef str mark                 # in every automatic name
+    cdef Submission barrier_call  # every barrier's (an automatic name each time), made once
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
 
     def __init__(self, coordinator, ops, process_set, int rank, int size, AutoNames namer,
@@ -104,6 +105,7 @@ cdef class Lean:
         self.bc_names, self.ag_names = namer.cycle("broadcast"), namer.cycle("allgather")
         self.rs_names, self.aa_names = namer.cycle("reducescatter"), namer.cycle("alltoall")
         self.barriers = namer.cycle("barrier")
+        self.barrier_call = self._submission(C_BARRIER, 0, 0, 0, self.barriers.names[0])
         self.algorithm_code, self.algorithms, self.handle = algorithm_code, algorithms, handle
         for t in range(TYPES):
             self.codes[t] = -1
@@ -367,5 +369,5 @@ cdef class Lean:
         if process_set is not self.process_set:
             return None
         name = self.barriers.take()
-        self._run(name, self._submission(C_BARRIER, 0, 0, 0, name), None, None)
+        self._run(name, self.barrier_call, None, None)
         return True

@@ -19,3 +19,6 @@ cdef class Submission:
 # A new Request (the caller owns it) for `s` under `name`, reading `inp`, writing `out` (either
 # may be None); pending, in no cache slot, submitted now.
 cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL
+# The same into a request that has completed and is no longer held (run_now's spare).
+cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cnp.ndarray inp,
+                      cnp.ndarray out) except -1

@@ -31,35 +31,54 @@ cdef class Submission:
 
 
 cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL:
-    cdef vector[int64_t] shape, splits
+    cdef Request* req = new Request()
+    fill_request(req, s, name.data(), name.size(), inp, out)
+    return req
+
+
+cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cnp.ndarray inp,
+                      cnp.ndarray out) except -1:
+    """Every field set afresh, so a request that completed can be filled again: its strings and
+    vectors keep their room, and a steady loop of calls allocates nothing (Coordinator.run_now)."""
     cdef int k
+    req.meta.shape.clear()
     if s.shape is not None:
         for d in s.shape:
-            shape.push_back(d)
+            req.meta.shape.push_back(d)
     elif inp is not None:       # the input's own shape, read from its C fields
         for k in range(cnp.PyArray_NDIM(inp)):
-            shape.push_back(cnp.PyArray_DIMS(inp)[k])
+            req.meta.shape.push_back(cnp.PyArray_DIMS(inp)[k])
+    req.splits.clear()
     if s.splits is not None:
         for v in s.splits:
-            splits.push_back(v)
-    cdef Request* req = new Request()
+            req.splits.push_back(v)
     req.held = NULL
-    req.name = name
+    req.name.assign(name, n)
     req.meta.collective = s.collective
     req.meta.dtype = s.dtype
     req.meta.op = s.op
     req.meta.root = s.root
     req.meta.algorithm = s.algorithm
-    req.meta.shape = shape
-    req.meta.error = s.error.encode() if s.error else b""
+    if s.error:
+        req.meta.error = s.error.encode()
+    else:
+        req.meta.error.clear()
     req.input = <char*>cnp.PyArray_DATA(inp) if inp is not None else NULL
     req.output = <char*>cnp.PyArray_DATA(out) if out is not None else NULL
     req.output_bytes = <size_t>cnp.PyArray_NBYTES(out) if out is not None else 0
     req.result = NULL
     req.result_given = False
+    req.result_rows = 0
+    req.result_splits.clear()
     req.meta.apart = req.output != NULL and req.output != req.input
-    req.splits = splits
     req.status = ST_PENDING
+    req.error_kind = 0
+    req.error_code = 0
+    req.error.clear()
+    req.value = 0
+    req.algorithm_used = 0
+    req.orphan = False
     req.slot = -1
+    req.sent = False
     req.submitted = hv_now()
-    return req
+    return 0

@@ -427,6 +427,84 @@ def test_unnamed_calls_share_one_order_with_the_general_path():
     assert_everywhere(failures)
 
 
+def test_cached_synchronous_calls_take_the_express_round():
+    """A synchronous call whose name the response cache holds, made while nothing else is in
+    flight here, takes the express round (Coordinator._express: one vote, no table, nothing
+    allocated): every result still exact, on every rank."""
+    c = _coordinator()
+    failures = []
+    x = np.arange(5, dtype=np.float32) + RANK
+    want = sum(np.arange(5, dtype=np.float32) + r for r in range(N))
+    b = np.full(3, float(RANK), np.float64)
+
+    def step():
+        got = [hvd.allreduce(x, op=hvd.Sum, name="lean.x.sum"), hvd.allreduce(x, name="lean.x.avg"),
+               hvd.broadcast(b, root_rank=N - 1, name="lean.x.bc"),
+               hvd.allgather(x[:2], name="lean.x.ag")]
+        hvd.barrier()
+        return got
+    for _ in range(61):     # every automatic barrier name cached
+        step()
+    before = c.express_rounds
+    steps = 40
+    for i in range(steps):
+        s, avg, bc, ag = step()
+        if not (same_bits(s, want) and np.array_equal(avg, (want / N).astype(np.float32))
+                and np.array_equal(bc, np.full(3, N - 1.0)) and
+                np.array_equal(ag, np.concatenate([np.arange(2, dtype=np.float32) + r for r in range(N)]))):
+            failures.append(f"step {i}: {s} {avg} {bc} {ag}")
+            break
+    took = c.express_rounds - before
+    if took < 0.9 * 5 * steps:      # a liveness ping may send one through the tables
+        failures.append(f"rank {RANK}: {took} of {5 * steps} cached calls took the express round")
+    if c.held() or c.in_flight():
+        failures.append(f"still held afterwards: {c.held()}")
+    assert_everywhere(failures)
+
+
+def test_an_express_round_that_does_not_come_back_clean():
+    """Rank 0 has an all-reduce in flight when it makes a cached synchronous call; the others
+    make that call first, in the express round, whose agreement then finds their slot not ready
+    everywhere: their requests join the tables and the rounds go on as any other. And a rank
+    whose cached call differs in shape misses, so the others' express round sees a miss: the
+    mismatch on every rank, then the loop goes on."""
+    failures = []
+    x = np.arange(4, dtype=np.float64) + RANK
+    want = sum(np.arange(4, dtype=np.float64) + r for r in range(N))
+    for _ in range(2):      # both cached
+        hvd.allreduce(x, op=hvd.Sum, name="lean.y.a")
+        hvd.allreduce(x, op=hvd.Sum, name="lean.y.b")
+    c = _coordinator()
+    for i in range(20):
+        before = c.express_rounds
+        if RANK == 0:
+            h = hvd.allreduce_async(x, op=hvd.Sum, name="lean.y.a")
+            got_b = hvd.allreduce(x, op=hvd.Sum, name="lean.y.b")
+            if c.express_rounds != before:
+                failures.append(f"step {i}: rank 0 took the express round with work pending")
+            got_a = hvd.synchronize(h)
+        else:
+            got_b = hvd.allreduce(x, op=hvd.Sum, name="lean.y.b")
+            got_a = hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name="lean.y.a"))
+        if not (np.array_equal(got_a, want) and np.array_equal(got_b, want)):
+            failures.append(f"step {i}: {got_a} {got_b}")
+            break
+    if N > 1:
+        odd = N - 1
+        try:
+            hvd.allreduce(np.arange(5 if RANK == odd else 4, dtype=np.float64), op=hvd.Sum,
+                          name="lean.y.b")
+            failures.append(f"rank {RANK}: the odd shape ran")
+        except hvd.MismatchError as e:
+            if "(5,)" not in str(e):
+                failures.append(f"rank {RANK}: the mismatch does not name the odd shape: {e}")
+        if not np.array_equal(hvd.allreduce(x, op=hvd.Sum, name="lean.y.b"), want):
+            failures.append("after the mismatch")
+    if c.held() or c.in_flight():
+        failures.append(f"still held afterwards: {c.held()}")
+    assert_everywhere(failures)
+
+
 def test_shutdown_takes_the_face_away():
     """Last: after shutdown the public call raises the general path's error, and never submits
     to a stopped coordinator through a face left behind."""

@@ -9,6 +9,8 @@ cdef cppclass FusionBuffer:
     size_t cap
     size_t threshold
     size_t tensor_limit      # tensors this large or larger are reduced alone, in their output
+    vector[char] used        # run_allreduces' own lists, kept from round to round (no allocation)
+    vector[size_t] batch
 
 cdef void fusion_free(FusionBuffer* f) noexcept nogil
 # Runs every all-reduce item: fused per (dtype, op, algorithm) up to the threshold, in item order.

@@ -178,8 +178,12 @@ cdef int _run_through_segment(Context* c, vector[Item]& items, vector[size_t]& b
 
 
 cdef void run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long divisor) noexcept nogil:
-    cdef vector[char] used
-    cdef vector[size_t] batch
+    _run_allreduces(c, f, items, divisor, f.used, f.batch)
+
+
+cdef void _run_allreduces(Context* c, FusionBuffer* f, vector[Item]& items, long divisor,
+                          vector[char]& used, vector[size_t]& batch) noexcept nogil:
+    """(used, batch: the buffer's own lists, kept from round to round)"""
     cdef size_t i, j, k, es, nbytes, batch_bytes
     cdef bint large_alone
     cdef int err
