@@ -487,6 +487,19 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
         return HV_ERR_SHM
     nseg = (count + per - 1) // per
     if (count if count < per else per) * es <= a.redundant_max:
+        if np == 1 and p[0].input != NULL and p[0].output != NULL and p[0].count == count:
+            # A lone tensor out of place: as in place, reading this rank's part from its input
+            # and writing the result once, without the accumulator's extra copy (4 KiB, 2 ranks:
+            # the pieces' way cost ~0.3 us more than in place)
+            for k in range(nseg):
+                off = k * per
+                n = count - off if count - off < per else per
+                pa = (a.epoch + 1) & 1
+                memcpy(_slot(a, a.me, pa), p[0].input + off * es, n * es)
+                _barrier(a)
+                _reduce(a, pa, 0, n, dtype, op, p[0].input + off * es, p[0].output + off * es,
+                        NULL, divisor)
+            return a.lost
         for k in range(nseg):
             off = k * per
             n = count - off if count - off < per else per
