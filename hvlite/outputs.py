@@ -5,7 +5,8 @@ fresh arrays every step, and the kernel's page faults on fresh memory cost a thi
 step (docs/benchmarks.md). The pool keeps the last result of each name; the next call with the
 same name, shape and dtype reuses it only when nothing outside the pool refers to it any more
 (no variable, view, handle or pending request), so a result the caller still holds is never
-overwritten. Only names that come back are kept (a name's result is kept from its second call
+overwritten. It also keeps the result before that one: in `y = allreduce(x, name=n)` in a loop,
+y still holds the last result when the next call comes, but no longer the one before it. Only names that come back are kept (a name's result is kept from its second call
 on: names used once, such as one per step, never hold memory here), and only the caller's own
 names (automatic names are recycled for other calls). Small arrays come from the heap without
 page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
@@ -25,10 +26,11 @@ MAX_NAMES = 4096        # names seen once, remembered to know when one comes bac
 
 
 class OutputPool:
-    __slots__ = ("arrays", "nbytes", "seen", "allocate")
+    __slots__ = ("arrays", "older", "nbytes", "seen", "allocate")
 
     def __init__(self, allocate=None):
         self.arrays = OrderedDict()
+        self.older = OrderedDict()      # each name's result before its last (see _take)
         self.nbytes = 0
         self.seen = OrderedDict()
         self.allocate = allocate
@@ -60,11 +62,22 @@ class OutputPool:
         prev = self.arrays.pop(name, None)
         if prev is not None:
             self.nbytes -= prev.nbytes
+            before = self.older.pop(name, None)
+            if before is not None:
+                self.nbytes -= before.nbytes
             # held by `prev` and getrefcount's argument only: nobody else can see it
             if prev.shape == shape and prev.dtype == dtype and sys.getrefcount(prev) == 2:
                 out = prev
+            elif (before is not None and before.shape == shape and before.dtype == dtype
+                    and sys.getrefcount(before) == 2):
+                # `y = allreduce(x, name=n)` in a loop: y still holds the last result when the
+                # next call comes, but no longer the one before it
+                out, before = before, prev
             else:
-                out = self._new(shape, dtype, nbytes)
+                out, before = self._new(shape, dtype, nbytes), prev
+            if before is not None and before.shape == shape and before.dtype == dtype:
+                self.older[name] = before
+                self.nbytes += before.nbytes
         elif name not in self.seen:         # perhaps never again: remember the name only
             self.seen[name] = None
             if len(self.seen) > MAX_NAMES:
@@ -74,12 +87,13 @@ class OutputPool:
             out = self._new(shape, dtype, nbytes)
         self.arrays[name] = out
         self.nbytes += out.nbytes
-        while self.nbytes > MAX_BYTES and len(self.arrays) > 1:
-            _, old = self.arrays.popitem(last=False)
+        while self.nbytes > MAX_BYTES and (self.older or len(self.arrays) > 1):
+            _, old = (self.older if self.older else self.arrays).popitem(last=False)
             self.nbytes -= old.nbytes
         return out
 
     def clear(self):
         self.arrays.clear()
+        self.older.clear()
         self.seen.clear()
         self.nbytes = 0

@@ -37,6 +37,22 @@ def test_a_result_still_held_is_never_reused():
     assert pool.take("h", BIG) is not kept[0]
 
 
+def test_a_loop_that_holds_its_last_result_reuses_the_one_before():
+    # y = allreduce(x, name="g") in a loop: y still holds the last result during the next call
+    pool = OutputPool()
+    pool.take("g", BIG)
+    y = pool.take("g", BIG)
+    ids = set()
+    for step in range(6):
+        last = y
+        y = pool.take("g", BIG)
+        assert y is not last
+        ids.add(id(y))
+    assert len(ids) == 2 and pool.nbytes == 2 * BIG.nbytes
+    held = [pool.take("g", BIG) for _ in range(3)]          # all held: new ones
+    assert len({id(a) for a in held}) == 3 and all(a is not y for a in held)
+
+
 def test_kept_results_come_from_the_allocator_when_given():
     blocks = []
 

@@ -70,6 +70,23 @@ cdef class AutoNames:
         return self.cycle(kind).take()
 
 
+cdef bint _free_like(PyObject* p, cnp.ndarray a):
+    """Whether the pooled array `p` is held by the pool alone and shaped and typed like `a`."""
+    cdef cnp.ndarray prev
+    cdef int k
+    if Py_REFCNT(<object>p) != 1 or type(<object>p) is not cnp.ndarray:
+        return False
+    prev = <cnp.ndarray>p
+    if (cnp.PyArray_NDIM(prev) != cnp.PyArray_NDIM(a)
+            or not cnp.PyArray_EquivTypes(<cnp.dtype>cnp.PyArray_DESCR(prev),
+                                          <cnp.dtype>cnp.PyArray_DESCR(a))):
+        return False
+    for k in range(cnp.PyArray_NDIM(a)):
+        if cnp.PyArray_DIMS(prev)[k] != cnp.PyArray_DIMS(a)[k]:
+            return False
+    return True
+
+
 cdef class Lean:
     """One set's lean face (process_sets.SetState makes it; runtime.lean holds the global set's
     while a runtime runs). Its callables come from the layers above the core, which it does not
@@ -85,6 +102,7 @@ cdef class Lean:
     cdef object take_shaped       # (name, shape, dtype) -> one of a given shape from the pool
     cdef object kept              # the pool's last result of each name (its OrderedDict)
     cdef object keep_last         # its move_to_end: that name was used last
+    cdef object older             # the result before each name's last (its OrderedDict)
     cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
     cdef object algorithm_code    # algorithm= value -> its code (raises for a bad one)
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
@@ -100,6 +118,7 @@ cdef class Lean:
         self.ops, self.process_set, self.pooled = ops, process_set, pooled
         self.rank, self.size = rank, size
         self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
+        self.older = outputs.older
         self.take_shaped = outputs.take_shaped
         self.names, self.mark = namer.cycle("allreduce"), namer.mark
         self.bc_names, self.ag_names = namer.cycle("broadcast"), namer.cycle("allgather")
@@ -180,22 +199,24 @@ cdef class Lean:
 
     cdef object _kept(self, str name, cnp.ndarray a):
         """The pool's last result of `name` when nothing but the pool holds it and it is shaped
-        and typed like `a` (the pool's own rule, OutputPool._take, without its call), else None."""
+        and typed like `a`, else the result before it on the same terms (the caller still
+        holds the last one: `y = allreduce(x, name=n)` in a loop), which then becomes the last;
+        else None (the pool's own rule, OutputPool._take, without its call)."""
         cdef PyObject* p = PyDict_GetItem(self.kept, name)
-        cdef cnp.ndarray prev
-        cdef int k
-        if p == NULL or Py_REFCNT(<object>p) != 1 or type(<object>p) is not cnp.ndarray:
+        cdef PyObject* q
+        if p == NULL:
             return None
-        prev = <cnp.ndarray>p
-        if (cnp.PyArray_NDIM(prev) != cnp.PyArray_NDIM(a)
-                or not cnp.PyArray_EquivTypes(<cnp.dtype>cnp.PyArray_DESCR(prev),
-                                              <cnp.dtype>cnp.PyArray_DESCR(a))):
+        if _free_like(p, a):
+            self.keep_last(name)
+            return <object>p
+        q = PyDict_GetItem(self.older, name)
+        if q == NULL or not _free_like(q, a):
             return None
-        for k in range(cnp.PyArray_NDIM(a)):
-            if cnp.PyArray_DIMS(prev)[k] != cnp.PyArray_DIMS(a)[k]:
-                return None
+        last, before = <object>p, <object>q
+        self.kept[name] = before        # the generations trade places
+        self.older[name] = last
         self.keep_last(name)
-        return prev
+        return before
 
     cdef object _run(self, str name, Submission s, x, out):
         """Run a synchronous call to completion on this thread (as the general path's

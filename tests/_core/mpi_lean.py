@@ -267,6 +267,30 @@ def test_pooled_outputs_are_reused_only_when_nobody_holds_them():
     assert_everywhere(failures)
 
 
+def test_a_loop_that_holds_its_last_result_reuses_the_one_before():
+    """`y = hvd.allreduce(x, name=n)` in a loop: y holds the last result while the next call
+    runs, so the pool's last one is not free, but the one before it is. Two arrays take turns,
+    and the one held is never written."""
+    failures = []
+    x = np.arange(20000, dtype=np.float32) + RANK         # 80 KB: pooled
+    want = sum(np.arange(20000, dtype=np.float32) + r for r in range(N))
+    seen = set()
+    y = None
+    for i in range(8):
+        last = y
+        y = hvd.allreduce(x * (i + 1), op=hvd.Sum, name="lean.loop")
+        if i >= 3:
+            seen.add(id(y))
+        if last is not None and (y is last or not np.array_equal(last, want * i)):
+            failures.append(f"call {i}: the result still held was reused or overwritten")
+        if not np.array_equal(y, want * (i + 1)):
+            failures.append(f"call {i}: wrong result")
+        del last
+    if len(seen) != 2:
+        failures.append(f"{len(seen)} arrays over 5 calls, not 2 taking turns")
+    assert_everywhere(failures)
+
+
 def _block(a, rank):
     """reducescatter's block of rows on `rank`: the first rows % N ranks get one more."""
     rows = a.shape[0]
