@@ -818,11 +818,7 @@ cdef class Coordinator:
         self.ctx.cal.untimed = self.ctx.ways.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS
         self._run_ready(items, finish < 2, t0, ready)
         self.ctx.cal.untimed = self.ctx.ways.untimed = False
-        if not self.failure.empty():
-            self._die(E_FAILED, self.failure.c_str(), 0)
-            return 1
-        if self.watch.lost >= 0:
-            self._die_err(b"", HV_ERR_LOST)
+        if self._ran_into_failure():
             return 1
         if finish:
             self.stopped_together = True
@@ -899,6 +895,11 @@ cdef class Coordinator:
         self.xreq = NULL
         if hv_load(&req.status) == ST_PENDING:     # not completed (this rank failed, a peer was
             self._materialize(req)                  # lost): failed below with anything else
+        return self._ran_into_failure()
+
+    cdef int _ran_into_failure(self) noexcept nogil:
+        """After a round's collectives: 1 (everything failed) when this rank failed alone in
+        one or a peer was lost meanwhile, else 0."""
         if not self.failure.empty():
             self._die(E_FAILED, self.failure.c_str(), 0)
             return 1
