@@ -296,7 +296,7 @@ cdef class Coordinator:
         if req == NULL:
             req = new Request()
         try:
-            fill_request(req, s, utf8, n, inp, out)
+            fill_request(req, s, utf8, n, inp, out, False)    # stamped by _take_now
         except BaseException:
             del req
             raise
@@ -373,6 +373,8 @@ cdef class Coordinator:
             else:
                 self.inflight.insert(req.name)
         hv_unlock(&self.qmon)
+        if slot < 0:
+            req.submitted = hv_now()        # the express round stamps it only if it waits
         if not ok:
             self._release_round()
             return 0
@@ -836,7 +838,7 @@ cdef class Coordinator:
         other (_settle). The agreed bits decide what runs, so every rank runs the same
         whichever way it went. Returns 1 when the coordinator must stop."""
         cdef int W = (self.cache.capacity + 63) // 64, err, w, done
-        cdef double t0 = req.submitted, t1
+        cdef double t0
         cdef uint64_t flags, want = SLOW_FLAGS | FLAG_NOT_JOINED
         cdef bint clean
         cdef Item* item
@@ -854,7 +856,6 @@ cdef class Coordinator:
                        FLAG_NOT_JOINED | (0 if self.tune.publish else FLAG_NO_TUNE))
         self.xreq = req
         err = self._agree(self.xbits, W, False)
-        t1 = hv_now()
         flags = bits_flags(self.xbits, W)
         clean = err == 0 and (flags & want) == want and bits_ready(self.xbits, slot)
         w = W
@@ -863,9 +864,10 @@ cdef class Coordinator:
             w += 1
         if not clean:
             self._materialize(req)
+            t0 = req.submitted
             self.doing_items = &items
             self.doing_at = -1
-            done = self._settle(self.xbits, W, items, t0, t1, err)
+            done = self._settle(self.xbits, W, items, t0, t0, err)
             self.doing_items = NULL
             return done
         self.clock += 1
@@ -887,10 +889,11 @@ cdef class Coordinator:
         item.err = 0
         item.ride = self.ride.at[slot]
         item.hit = True
-        self.negotiate_seconds += t1 - t0
+        # no clock read: the timeline is off (_take_now) and negotiate_seconds counts the
+        # other rounds (two reads were 8% of a barrier on one rank)
         self.doing_items = &self.xitems
         self.doing_at = -1
-        self._run_ready(self.xitems, True, t0, t1)
+        self._run_ready(self.xitems, True, 0, 0)
         self.doing_items = NULL
         self.xreq = NULL
         if hv_load(&req.status) == ST_PENDING:     # not completed (this rank failed, a peer was
@@ -910,7 +913,8 @@ cdef class Coordinator:
 
     cdef void _materialize(self, Request* req) noexcept nogil:
         """The express round's request joins the tables, as _take_now and _intake put any other
-        request there (in flight by name, pending in its slot)."""
+        request there (in flight by name, pending in its slot, stamped)."""
+        req.submitted = hv_now()
         self.xreq = NULL
         hv_lock(&self.qmon)
         self.xname = NULL
@@ -1159,7 +1163,8 @@ cdef class Coordinator:
                 rides_landed(&self.ride, &items[k], self.ctx.size)
                 self.ridden += 1
         # Average divides by the set's size: a joined rank counts, contributing zeros (Horovod's rule)
-        run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
+        if items.size() != 1 or items[0].meta.collective == C_ALLREDUCE:     # (a lone other: none)
+            run_allreduces(&self.ctx, &self.fusion, items, self.ctx.size)
         for k in range(items.size()):
             it = &items[k]
             req = it.req

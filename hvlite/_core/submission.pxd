@@ -21,4 +21,4 @@ cdef class Submission:
 cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL
 # The same into a request that has completed and is no longer held (run_now's spare).
 cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cnp.ndarray inp,
-                      cnp.ndarray out) except -1
+                      cnp.ndarray out, bint stamp) except -1

@@ -32,14 +32,15 @@ cdef class Submission:
 
 cdef Request* new_request(Submission s, const string& name, cnp.ndarray inp, cnp.ndarray out) except NULL:
     cdef Request* req = new Request()
-    fill_request(req, s, name.data(), name.size(), inp, out)
+    fill_request(req, s, name.data(), name.size(), inp, out, True)
     return req
 
 
 cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cnp.ndarray inp,
-                      cnp.ndarray out) except -1:
+                      cnp.ndarray out, bint stamp) except -1:
     """Every field set afresh, so a request that completed can be filled again: its strings and
-    vectors keep their room, and a steady loop of calls allocates nothing (Coordinator.run_now)."""
+    vectors keep their room, and a steady loop of calls allocates nothing (Coordinator.run_now).
+    `stamp`: submitted now (else the caller stamps it, when a round will wait on it)."""
     cdef int k
     req.meta.shape.clear()
     if s.shape is not None:
@@ -80,5 +81,5 @@ cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cn
     req.orphan = False
     req.slot = -1
     req.sent = False
-    req.submitted = hv_now()
+    req.submitted = hv_now() if stamp else 0
     return 0

@@ -182,6 +182,8 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
     cdef int64_t rows, s
     cdef vector[int64_t] splits
     cdef char* tmp
+    if c == C_BARRIER:
+        return 0        # the round's agreement was the barrier: every rank has arrived
     MPI_Comm_rank(comm, &rank)
     MPI_Comm_size(comm, &size)
     es = dtype_size(it.meta.dtype) if 0 <= it.meta.dtype < DT_COUNT else 1
