@@ -5,10 +5,11 @@ fresh arrays every step, and the kernel's page faults on fresh memory cost a thi
 step (docs/benchmarks.md). The pool keeps the last result of each name; the next call with the
 same name, shape and dtype reuses it only when nothing outside the pool refers to it any more
 (no variable, view, handle or pending request), so a result the caller still holds is never
-overwritten. It also keeps the result before that one: in `y = allreduce(x, name=n)` in a loop,
-y still holds the last result when the next call comes, but no longer the one before it. Only names that come back are kept (a name's result is kept from its second call
-on: names used once, such as one per step, never hold memory here), and only the caller's own
-names (automatic names are recycled for other calls). Small arrays come from the heap without
+overwritten. It also keeps the result before that one: in `y = allreduce(x, name=n)` in a
+loop, y still holds the last result when the next call comes, but no longer the one before it.
+Only names that come back are kept (a name's result is kept from its second call on: names
+used once, such as one per step, never hold memory here), and only the caller's own names
+(automatic names are recycled for other calls). Small arrays come from the heap without
 page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
 Allgather and alltoall take theirs by shape (take_shaped): the core writes the result there when
 it has exactly that size (every rank sent as many rows), else allocates it as before.
@@ -23,6 +24,12 @@ import numpy as np
 MIN_BYTES = 64 << 10
 MAX_BYTES = 1 << 30
 MAX_NAMES = 4096        # names seen once, remembered to know when one comes back
+
+
+def _free_like(a, shape, dtype):
+    """Whether `a` is shaped and typed so, held by the caller's reference (the pool's own, just
+    taken out of its table) and getrefcount's argument only: nobody else can see it."""
+    return a.shape == shape and a.dtype == dtype and sys.getrefcount(a) == 3
 
 
 class OutputPool:
@@ -65,11 +72,9 @@ class OutputPool:
             before = self.older.pop(name, None)
             if before is not None:
                 self.nbytes -= before.nbytes
-            # held by `prev` and getrefcount's argument only: nobody else can see it
-            if prev.shape == shape and prev.dtype == dtype and sys.getrefcount(prev) == 2:
+            if _free_like(prev, shape, dtype):
                 out = prev
-            elif (before is not None and before.shape == shape and before.dtype == dtype
-                    and sys.getrefcount(before) == 2):
+            elif before is not None and _free_like(before, shape, dtype):
                 # `y = allreduce(x, name=n)` in a loop: y still holds the last result when the
                 # next call comes, but no longer the one before it
                 out, before = before, prev

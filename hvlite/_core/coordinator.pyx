@@ -373,11 +373,11 @@ cdef class Coordinator:
             else:
                 self.inflight.insert(req.name)
         hv_unlock(&self.qmon)
-        if slot < 0:
-            req.submitted = hv_now()        # the express round stamps it only if it waits
         if not ok:
             self._release_round()
             return 0
+        if slot < 0:
+            req.submitted = hv_now()        # the express round stamps it only if it waits
         saved = watch_current()
         watch_bind(&self.watch)
         self.now_req = req
