@@ -8,7 +8,9 @@ include path, library and a RUNPATH; where that RUNPATH is gone (a wheel install
 hvlite/_core finds the MPI at import the way mpi4py does.
 """
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 
@@ -52,6 +54,23 @@ def find_mpicc():
     return found
 
 
+def wrapper_lib_dirs(mpicc):
+    """The -L directories the MPI wrapper links with (MPICH/Intel `-show`, Open MPI `--showme`).
+
+    Python's own library directory (/usr/lib/<triplet> for a distribution's Python) reaches the
+    link line before the wrapper's -L, through LDSHARED or setuptools. Where a system MPI's
+    libmpi.so sits there, -lmpi would bind the core to that library, of another ABI than the
+    wrapper's headers: so the wrapper's directories go first."""
+    for flag in ("-show", "--showme"):
+        try:
+            out = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            return [t[2:] for t in shlex.split(out.stdout) if t.startswith("-L") and len(t) > 2]
+    return []
+
+
 class BuildMPI(build_ext):
     """build_ext through the MPI compiler wrapper, cythonizing first."""
 
@@ -74,9 +93,11 @@ class BuildMPI(build_ext):
         mpicxx = os.environ.get("MPICXX") or os.path.join(os.path.dirname(mpicc), "mpicxx")
         os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx") or "c++")
         # LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
+        # The wrapper's own -L comes first, before any of Python's (wrapper_lib_dirs).
         ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
-        os.environ["LDSHARED"] = (mpicc + " " + ldshared.split(None, 1)[1] if " " in ldshared
-                                  else mpicc + " -shared")
+        first = " ".join(shlex.quote("-L" + d) for d in wrapper_lib_dirs(mpicc))
+        os.environ["LDSHARED"] = " ".join(filter(None, [
+            mpicc, first, ldshared.split(None, 1)[1] if " " in ldshared else "-shared"]))
         for ext in self.extensions:
             ext.include_dirs += [mpi4py.get_include(), numpy.get_include(), CORE]
         done = {e.name: e for e in cythonize(self.extensions, language_level=3,

@@ -40,6 +40,15 @@ def _mpi(thread_level):
                          "multiple": MPI.THREAD_MULTIPLE}[thread_level])
     if MPI.Is_finalized():
         raise NotInitializedError("hvlite.init(): MPI has already been finalized in this process")
+    from hvlite._core.codes import core_mpi
+    started, core_lib = core_mpi()
+    if not started:
+        # two MPI libraries in one process: the core would call one that was never initialised
+        raise ImportError(
+            f"hvlite's core is linked to another MPI library ({core_lib}) than the one mpi4py "
+            f"loaded and started ({MPI.Get_library_version().splitlines()[0].strip()}). Rebuild "
+            "hvlite against mpi4py's MPI (its mpicc first on PATH, or MPICC=), or point mpi4py at "
+            "the core's library (MPI4PY_LIBMPI)")
     return MPI
 
 

@@ -4,6 +4,7 @@ engine and the parameter server raise through `exception()` / `check()`.
 
 Importing this module does not start MPI (it calls MPI_Error_string only for a real MPI code)."""
 from mpi4py.libmpi cimport MPI_Error_string, MPI_SUCCESS, MPI_MAX_ERROR_STRING
+from mpi4py.libmpi cimport MPI_Initialized, MPI_Get_library_version, MPI_MAX_LIBRARY_VERSION_STRING
 from libc.string cimport strlen, memcpy
 
 
@@ -67,6 +68,19 @@ cdef int nomem(size_t nbytes) noexcept nogil:
 
 cdef size_t nomem_bytes() noexcept nogil:
     return _nomem_bytes
+
+
+def core_mpi():
+    """(initialized, library version's first line) of the MPI this core is linked to, asked
+    through its own binding: where that is not the library mpi4py loaded and initialised, the
+    runtime says so instead of letting the core call an MPI that was never started."""
+    cdef int flag = 0, n = 0
+    cdef char buf[MPI_MAX_LIBRARY_VERSION_STRING + 1]
+    MPI_Initialized(&flag)
+    if MPI_Get_library_version(buf, &n) != MPI_SUCCESS:
+        n = 0
+    text = buf[:n].decode("utf-8", "replace").strip()
+    return bool(flag), (text.splitlines()[0].strip() if text else "unknown")
 
 
 def error_string(int code):

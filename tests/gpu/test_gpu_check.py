@@ -21,8 +21,10 @@ def test_syntax_and_help():
 def test_arguments(tmp_path):
     r = _run("--wheels", str(tmp_path), "--sizes", "1 2", "--skip-bench")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"wheels={tmp_path} venv=.venv-gpu sizes=1 2 bench=0"
+    assert r.stdout.strip() == f"wheels={tmp_path} venv=.venv-gpu sizes=1 2 bench=0 system=0"
     assert _run("--wheels", str(tmp_path / "absent")).returncode == 2
     assert "not a directory" in _run("--wheels", str(tmp_path / "absent")).stderr
+    r = _run("--system", "--skip-bench")
+    assert r.returncode == 0 and r.stdout.strip().endswith("bench=0 system=1"), r.stderr
     assert _run("--bogus").returncode == 2
     assert _run("--wheels").returncode == 2
