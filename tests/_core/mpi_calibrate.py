@@ -123,6 +123,10 @@ def test_each_class_tried_then_kept():
     for n in SIZES:
         cls = 1 << max(10, min(24, int(max(1, n // 4) * 4).bit_length() - 1))
         entry = measured.get(cls)
+        if entry is not None and RT.engine.cross_size == 1 and len(entry["calls"]) < 2:
+            # one node: a trial costs microseconds, so the model never decides alone
+            failures.append(f"{n} B: one node, but the class kept {entry['pick']} untried "
+                            f"({entry['calls']})")
         if entry is None:
             failures.append(f"{n} B: class {cls} not measured after {CALLS} calls: {sorted(measured)}")
         elif entry["seconds"] and entry["redos"] == 0:   # a lone candidate has no trials

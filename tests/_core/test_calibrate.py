@@ -14,6 +14,16 @@ def test_calibration_off_leaves_auto_to_the_model(mpirun):
     mpirun(3, "tests/_core/mpi_calibrate.py", env={"HVLITE_CALIBRATE": "0"}, timeout=240)
 
 
+def test_a_model_that_leaves_one_candidate_is_still_checked_on_one_node(mpirun):
+    """A cost model whose figures put one algorithm far ahead (here pinned: point-to-point
+    messages 1 ms, the shared segment's barrier 0.1 us; a probe that met a busy moment does the
+    same) leaves shm the only candidate within 2.5x. On one node its runner-up is tried too, so
+    a wrong model cannot keep shm for good (it ran 3.6x slower than ring in such a launch)."""
+    mpirun(2, "tests/_core/mpi_calibrate.py", "-k", "each_class",
+           env={"HVLITE_PROBE": "0", "HVLITE_ALPHA_INTRA": "1e-3", "HVLITE_BETA_INTRA": "1e-7",
+                "HVLITE_ALPHA_SHM": "1e-7"}, timeout=240)
+
+
 def test_debug_names_what_was_measured(mpirun):
     """Rank 0 prints one line per measurement of a class's candidates, naming the pick the
     table holds. The cost model is pinned (not probed) to figures that put every algorithm

@@ -181,7 +181,7 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     cdef int cls, model, n = 0, a, near
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
-    cdef double best
+    cdef double best, p
     if algo != ALG_AUTO:
         return algo
     model = auto_choice(c, nbytes, apart)
@@ -199,11 +199,22 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
         near = cal_neighbour(&c.cal, cls) if c.nodes > 1 else -1
         for a in range(ALG_COUNT):
             if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
-                pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+                p = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
                 if near >= 0 and a == c.cal.pick[near] or (
-                        (a == model or pred[n] <= 2.5 * best)
+                        (a == model or p <= 2.5 * best)
                         and not (near >= 0 and cal_lost(&c.cal, near, a))):
+                    cand[n], pred[n] = a, p
+                    n += 1
+        if n == 1 and c.nodes == 1:
+            # On one node a trial costs microseconds, and a model whose probes met a busy
+            # moment can leave one candidate that then runs for good (shm at 64 KiB, 3.6x
+            # slower than ring in such a launch): there a lone candidate means all are tried.
+            n = 0
+            for a in range(ALG_COUNT):
+                if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform,
+                                                       c.shm_ok):
                     cand[n] = a
+                    pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
                     n += 1
         if n <= 1:
             a = cand[0] if n == 1 else model

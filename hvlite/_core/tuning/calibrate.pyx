@@ -33,7 +33,8 @@ so every rank records the same times and picks alike.
   over NEAR x the pick in the nearest measured class a factor of 2 or 4 away, and that pick;
   a lone survivor is taken without trials. Algorithms' costs move smoothly with size: a 1.5x
   gap does not close within a factor of 4. One node keeps every candidate (trials cost
-  microseconds there).
+  microseconds there), and tries at least two: the model's runner-up joins a lone one
+  (dispatch.resolve_algorithm), so a model probed at a busy moment is checked too.
 - The pick is confirmed on the job's calls: windows of CAL_WINDOW calls, timed and agreed in
   one all-reduce, right after the pick and then at doubling gaps (at most CAL_GAP_MAX calls
   apart). A window whose median departs from the pick's trial time by more than DRIFT either
