@@ -240,7 +240,9 @@ def check_build():
     from hvlite import config
     from hvlite._core.tuning.cost_model import crossovers
     from hvlite.runtime import real_names
+    from hvlite._core.codes import core_mpi
     s = config.load()
+    started, core_lib = core_mpi()
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
                    MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED", MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
     lines = [f"hvlite v{hvlite.__version__}",
@@ -249,7 +251,10 @@ def check_build():
              f"  mpiexec:          {_safe(find_mpiexec)} ({mpi_flavor(_safe(find_mpiexec))})",
              f"  thread level:     {s.mpi_thread_level} requested (HVLITE_MPI_THREAD_LEVEL); "
              f"this process got {level_names.get(MPI.Query_thread(), '?')}",
-             "  CUDA-aware MPI:   not built (GPU buffers are not supported by this build)",
+             f"  core linked to:   {core_lib}" + ("" if started else
+                                                       "  <- NOT the library mpi4py started: "
+                                                       "rebuild hvlite against mpi4py's MPI"),
+             f"  GPU buffers:      {_gpu_support(s)}",
              "  algorithms:       " + ", ".join(sorted(a for a in ALGORITHMS if a != "auto")) + ", auto",
              "  collectives:      allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join",
              "  auto crossovers (default cost model; jobs measure theirs at init):"]
@@ -261,7 +266,27 @@ def check_build():
     lines.append("    (a job tries the candidates near each pick on a size class's first calls: "
                  + ("HVLITE_CALIBRATE=1)" if s.calibrate else "off, HVLITE_CALIBRATE=0)"))
     print("\n".join(lines))
-    return 0
+    return 0 if started else 1
+
+
+def _gpu_support(settings):
+    """CuPy (found without importing it: that takes a second) and whether device memory goes
+    to MPI directly or is staged through host memory (docs/gpu.md)."""
+    import importlib.metadata
+    import importlib.util
+    from hvlite.gpu.cuda_aware import decide
+    if importlib.util.find_spec("cupy") is None:
+        return "no CuPy (pip install hvlite[cuda] for CuPy arrays and torch CUDA tensors)"
+    version = "?"
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith("cupy"):
+            version = f"{name} {dist.version}"
+            break
+    aware, why = decide(settings.cuda_aware)
+    return (f"{version}; device memory " + ("to MPI directly (CUDA-aware" if aware
+                                             else "staged through pinned host memory (not "
+                                             "CUDA-aware") + f": {why})")
 
 
 def _safe(fn):

@@ -139,11 +139,16 @@ def test_check_build():
     out = run(["--check-build"], timeout=60)
     assert out.returncode == 0, out.stderr
     for fragment in ("hvlite v", "MPI library", "thread level", "ring", "rhd", "auto crossovers",
-                     "16 ranks, 4 nodes", "hierarchical", "HVLITE_CALIBRATE"):
+                     "16 ranks, 4 nodes", "hierarchical", "HVLITE_CALIBRATE",
+                     "core linked to:", "GPU buffers:"):
         assert fragment in out.stdout
     # across nodes the shm path is named for what runs: the segment, then between the nodes
     nodes_line = next(line for line in out.stdout.splitlines() if "4 nodes" in line)
     assert re.search(r"(?<!over )\bshm\b", nodes_line) is None, nodes_line
+    # the core calls the library mpi4py started (the same library's version line)
+    said = dict(line.strip().split(":", 1) for line in out.stdout.splitlines()[1:3] + [
+        next(line for line in out.stdout.splitlines() if "core linked to" in line)])
+    assert said["core linked to"].strip() == said["MPI library"].strip(), out.stdout
 
 
 def test_real_names():
