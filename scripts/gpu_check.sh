@@ -44,7 +44,18 @@ fi
 [ "${GPU_CHECK_PARSE_ONLY:-0}" = 1 ] && { echo "wheels=$WHEELS venv=$VENV sizes=$SIZES bench=$BENCH system=$SYSTEM"; exit 0; }
 
 cd "$(dirname "$0")/.."
-command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "warning: nvidia-smi not found"
+CUPY=cupy-cuda12x
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L
+  # two ranks share one GPU here: a GPU in an exclusive compute mode refuses the second context
+  nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive \
+    && echo "warning: the GPU's compute mode is exclusive; 2 ranks cannot share it (nvidia-smi -c 0)"
+  # the CuPy wheel of the driver's CUDA major version (13 and later: cupy-cuda13x)
+  CUDA_MAJOR="$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)"
+  [ -n "$CUDA_MAJOR" ] && [ "$CUDA_MAJOR" -ge 13 ] && CUPY=cupy-cuda13x
+else
+  echo "warning: nvidia-smi not found"
+fi
 VENV_ARGS=()
 [ "$SYSTEM" = 1 ] && VENV_ARGS=(--system-site-packages)
 [ -x "$VENV/bin/python" ] || python3 -m venv "${VENV_ARGS[@]}" "$VENV"
@@ -61,11 +72,12 @@ PIP=("$PY" -m pip install -q)
 [ -n "$WHEELS" ] && PIP+=(--no-index --find-links "$WHEELS")
 # mpich and mpi4py go into the environment itself, even where the system has an mpi4py: hvlite
 # is built against the MPI that mpi4py there loads
-"${PIP[@]}" --ignore-installed mpich "mpi4py>=4.0"
+# mpi4py 4.0.3 and later: earlier 4.0.x freed CuPy 14's buffers twice when MPI read them
+"${PIP[@]}" --ignore-installed mpich "mpi4py>=4.0.3"
 WANT=()
 # package=module pairs: with --system, a package whose module already imports is kept
 for pm in setuptools=setuptools wheel=wheel "cython>=3.0=Cython" "numpy>=1.24=numpy" \
-          pytest=pytest cupy-cuda12x=cupy; do
+          pytest=pytest "$CUPY=cupy"; do
   pkg="${pm%=*}" mod="${pm##*=}"
   if [ "$SYSTEM" = 1 ] && "$PY" -c "import $mod" 2>/dev/null; then continue; fi
   WANT+=("$pkg")

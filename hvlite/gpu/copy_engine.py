@@ -97,4 +97,25 @@ def stream_of(described_stream, engine):
     2 are CUDA's legacy and per-thread default streams), or the current one."""
     if not described_stream:                  # none given
         return engine.current_stream()
-    return engine.cp.cuda.ExternalStream(int(described_stream))
+    return external_stream(engine.cp, int(described_stream))
+
+
+class _Handle:
+    """A raw stream handle in the CUDA stream protocol (what Stream.from_external reads)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def external_stream(cp, ptr):
+    """A CuPy stream object for a stream CuPy did not make (never destroyed by it): through
+    Stream.from_external where CuPy has it (14 and later, which deprecates ExternalStream)."""
+    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_Handle(int(ptr)))
+    return cp.cuda.ExternalStream(int(ptr))

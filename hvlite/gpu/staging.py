@@ -6,7 +6,7 @@ the coordinator thread; while chunk i's collective runs, chunk i-1's result is c
 second stream. Hazards the schedule rules out (and tests/gpu check with a fake engine):
 
 * a slot is refilled only after the previous occupant's host->device copy has read it (a
-  device-side stream wait on that copy's event, no host block);
+  device-side stream wait on that copy's event, no host block), the previous job's too;
 * a chunk's collective starts only once its device->host copy has landed (host waits on that
   event only, never on the whole device);
 * a chunk's result is copied back only after its collective finished;
@@ -22,15 +22,21 @@ def chunks(nbytes, chunk_bytes, itemsize):
     return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
 
 
-def run_chunked(engine, src, dst, nbytes, chunk_bytes, itemsize, start, after, streams, slots):
+def run_chunked(engine, src, dst, nbytes, chunk_bytes, itemsize, start, after, streams, slots,
+                freed=None):
     """Run `start(i, host_slot, size)` (which returns a handle with synchronize(), working in
     place on host_slot[:size]) over every chunk of src, writing the results to dst. `after`: the
     event recorded on the caller's stream at submit. Returns the event after which dst is
-    complete (on the h2d stream); the host does not wait for it."""
+    complete (on the h2d stream); the host does not wait for it.
+
+    `freed`: per slot, the event of the h2d copy that last read it, kept by the caller for the
+    slots' next job (updated here): slots outlive a job, and the next job's first copies into
+    them must wait for this job's last copies out of them, which the host never waited for."""
     d2h_stream, h2d_stream = streams
     depth = len(slots)
     engine.wait(d2h_stream, after)
-    freed = [None] * depth          # event of the h2d copy that last read each slot
+    if freed is None:
+        freed = [None] * depth
     pending = collections.deque()
 
     def finish(item):

@@ -7,6 +7,7 @@ reduces on the GPU); otherwise, and for the other collectives, through pinned ho
 (staging.py). The result is a new array on the same device (or the caller's array, for the
 in-place forms), in the caller's kind: CuPy for CuPy and raw interfaces, torch for torch.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -39,10 +40,10 @@ class CupyBackend:
         """The stream the caller's work on `x` is queued on: torch's current stream for a
         torch tensor (its __cuda_array_interface__ names none), else the one the interface
         names, else CuPy's current stream."""
-        from hvlite.gpu.copy_engine import stream_of
+        from hvlite.gpu.copy_engine import external_stream, stream_of
         if arrays._torch_cuda(x):
             import torch
-            return self.xp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream)
+            return external_stream(self.xp, torch.cuda.current_stream(x.device).cuda_stream)
         cai = arrays._interface(x)
         return stream_of(cai.get("stream") if cai else None, self.engine)
 
@@ -151,9 +152,11 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
             # goes out in it and every rank fails; nothing after the ticket may fail alone
             xp, eng = be.xp, be.engine
             caller = be.caller_stream(x)
+            # on the caller's stream, so that CuPy's pool hands out a result's memory in that
+            # stream's order (a block the caller freed may still be read by its queued work)
             with be.use(caller):
                 src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
-                out = src if inplace else (None if aware else xp.empty_like(src))
+                out = src if inplace or kind not in (ALLREDUCE, BROADCAST) else xp.empty_like(src)
             after = eng.record(caller)
         except (DtypeError, InvalidArgumentError) as e:
             problem = e
@@ -183,7 +186,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
             w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain it
             raise problem
         job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
-                   direct, rt.settings.cuda_chunk_bytes, w)
+                   direct, rt.settings.cuda_chunk_bytes, w, caller)
         handle = DeviceHandle(name, finish)
         w.submit(handle, job)
     return handle
@@ -191,7 +194,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
 
 class _Job:
     def __init__(self, be, st, ps, kind, name, src, out, op, root_rank, root, splits, after,
-                 ticket, direct, chunk_bytes, worker):
+                 ticket, direct, chunk_bytes, worker, caller):
         self.__dict__.update(locals())
         del self.__dict__["self"]
 
@@ -199,21 +202,26 @@ class _Job:
         check_tickets(self.worker.ticket_table(self.ticket), self.name, self.st.ranks,
                       _WHAT[self.kind])
         be, eng, xp = self.be, self.be.engine, self.be.xp
-        stream = getattr(self.worker, "stream", None)
-        if stream is None:
-            stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
-        with be.use(stream[1]):
-            if self.direct is not None:
-                return self._direct(stream[1])
-            if self.kind in (ALLREDUCE, BROADCAST):
-                return self._chunked(stream)
-            return self._whole(stream[1])
+        self.worker.reap()
+        # the current device is per thread (0 in a new one): this rank's GPU, for the streams,
+        # events and allocations made here
+        device = getattr(eng, "device", None)
+        with device if device is not None else contextlib.nullcontext():
+            stream = getattr(self.worker, "stream", None)
+            if stream is None:
+                stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
+            with be.use(stream[1]):
+                if self.direct is not None:
+                    return self._direct(stream[1])
+                if self.kind in (ALLREDUCE, BROADCAST):
+                    return self._chunked(stream)
+                return self._whole(stream[1])
 
     def _direct(self, stream):
         eng, xp = self.be.engine, self.be.xp
         eng.sync(self.after)                     # MPI reads the buffer from the host thread
-        if self.out is None:                     # out of place: reduce a copy, on this stream
-            self.out = self.src.copy()
+        if self.out is not self.src:             # out of place: reduce a copy, on this stream
+            xp.copyto(self.out, self.src)
             self.be.fence(stream)
         flat = self.out.reshape(-1)
         if self.kind == ALLREDUCE:
@@ -226,9 +234,7 @@ class _Job:
     def _chunked(self, streams):
         eng = self.be.engine
         nbytes, chunk = self.src.nbytes, self.chunk_bytes
-        slots = self.worker.slots.get(id(eng))
-        if slots is None or len(slots[0]) < chunk:
-            slots = self.worker.slots[id(eng)] = [eng.pinned(chunk), eng.pinned(chunk)]
+        slots, freed = self.worker.staging_slots(eng, chunk)
         dtype = np.dtype(self.src.dtype)
 
         def start(i, slot, size):
@@ -240,7 +246,7 @@ class _Job:
                                           process_set=self.ps)
         done = staging.run_chunked(eng, _flat(self.be.xp, self.src), _flat(self.be.xp, self.out),
                                    nbytes, chunk, dtype.itemsize, start, self.after, streams,
-                                   slots)
+                                   slots, freed)
         return self.out, done
 
     def _whole(self, stream):
@@ -263,8 +269,11 @@ class _Job:
             if self.splits is not None:
                 res, extra = res
         res = np.ascontiguousarray(res)
-        out = xp.empty(res.shape, dtype=res.dtype)
+        with self.be.use(self.caller):       # the result's memory in the caller's stream order
+            out = xp.empty(res.shape, dtype=res.dtype)
+        eng.wait(stream, eng.record(self.caller))
         back = eng.pinned(res.nbytes)
         back[:res.nbytes] = res.reshape(-1).view(np.uint8)
         done = staging.stage_out(eng, _flat(xp, out), back, res.nbytes, stream)
-        return ((out, extra) if extra is not None else out), done, back
+        self.worker.hold(eng, done, back)    # pinned memory freed only once the copy read it
+        return ((out, extra) if extra is not None else out), done

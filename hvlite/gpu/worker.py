@@ -9,6 +9,7 @@ array under that name (a CPU/GPU mix) meets the ticket in the host negotiation, 
 sides as a mismatch. The ticket is sent at submit, so it overlaps the previous collective's data
 movement.
 """
+import collections
 import queue
 import threading
 import zlib
@@ -81,7 +82,8 @@ class DeviceWorker:
         self.count = 0                 # device collectives submitted on this set (their order)
         self.lock = threading.Lock()
         self.queue_lock = threading.RLock()    # submit(): order, ticket and queue together
-        self.slots = {}                # backend -> pinned staging slots
+        self.slots = {}                # engine -> ([pinned staging slots], [freed events])
+        self.held = collections.deque()     # (engine, event, buffers): kept until the event
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"hvlite-gpu-{set_id}")
         self.thread.start()
@@ -102,6 +104,31 @@ class DeviceWorker:
             with self.lock:
                 self.count -= 1
             raise
+
+    def staging_slots(self, engine, chunk):
+        """The pinned slots of the staging pipeline and, per slot, the event of the copy that
+        last read it (staging.run_chunked updates it): the next job's copies into a slot wait
+        for it, since the host never did."""
+        got = self.slots.get(id(engine))
+        if got is None or len(got[0][0]) < chunk:
+            if got is not None:             # replaced: its copies must be done before it goes
+                for ev in got[1]:
+                    if ev is not None:
+                        engine.sync(ev)
+            got = self.slots[id(engine)] = ([engine.pinned(chunk), engine.pinned(chunk)],
+                                            [None, None])
+        return got
+
+    def hold(self, engine, event, *buffers):
+        """Keep host buffers an asynchronous copy reads until its event: a pinned pool hands a
+        freed block out again at once, whatever is still copying from it."""
+        self.held.append((engine, event, buffers))
+        self.reap()
+
+    def reap(self):
+        """Let go of the held buffers whose copies are done (oldest first)."""
+        while self.held and self.held[0][0].query(self.held[0][1]):
+            self.held.popleft()
 
     def submit(self, handle, job):
         self.queue.put((handle, job))

@@ -68,6 +68,10 @@ def test_cuda_tensors_on_a_stand_in(mpirun):
     DistributedOptimizer) on host-backed stand-ins; tests/torch/mpi_torch_cuda.py runs the
     same on a GPU."""
     pytest.importorskip("torch")
+    # auto left to the model: the device route's chunks and the host route's whole tensors
+    # are compared bit for bit, and at 3 ranks two algorithms sum in different orders (auto's
+    # trials would run several on one node)
     out = mpirun(3, "tests/torch/mpi_torch_device.py", timeout=240, pytest_module=False,
-                 env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096"})
+                 env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096",
+                      "HVLITE_CALIBRATE": "0"})
     assert out.count("device ok") == 3
