@@ -60,14 +60,20 @@ def wrapper_lib_dirs(mpicc):
     Python's own library directory (/usr/lib/<triplet> for a distribution's Python) reaches the
     link line before the wrapper's -L, through LDSHARED or setuptools. Where a system MPI's
     libmpi.so sits there, -lmpi would bind the core to that library, of another ABI than the
-    wrapper's headers: so the wrapper's directories go first."""
+    wrapper's headers: so the wrapper's directories go first. Nothing found: nothing added."""
+    try:
+        cmd = shlex.split(mpicc)            # MPICC may carry arguments ("mpicc -cc=clang")
+    except ValueError:
+        return []
     for flag in ("-show", "--showme"):
         try:
-            out = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError):
+            out = subprocess.run(cmd + [flag], capture_output=True, text=True, errors="replace",
+                                 stdin=subprocess.DEVNULL, timeout=60)
+            words = shlex.split(out.stdout) if out.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError, ValueError):
             continue
-        if out.returncode == 0 and out.stdout.strip():
-            return [t[2:] for t in shlex.split(out.stdout) if t.startswith("-L") and len(t) > 2]
+        if words:
+            return [w[2:] for w in words if w.startswith("-L") and len(w) > 2]
     return []
 
 
@@ -93,11 +99,15 @@ class BuildMPI(build_ext):
         mpicxx = os.environ.get("MPICXX") or os.path.join(os.path.dirname(mpicc), "mpicxx")
         os.environ["CXX"] = mpicxx if os.path.exists(mpicxx) else (shutil.which("mpicxx") or "c++")
         # LDSHARED must start with the wrapper too, or the link step drops -lmpi and its RUNPATH.
-        # The wrapper's own -L comes first, before any of Python's (wrapper_lib_dirs).
-        ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
+        # The wrapper's own -L comes first, before any of Python's (wrapper_lib_dirs), for C
+        # (LDSHARED) and C++ extensions (LDCXXSHARED: setuptools 72.2 and later link those
+        # with it, the C++ wrapper put in its first place).
         first = " ".join(shlex.quote("-L" + d) for d in wrapper_lib_dirs(mpicc))
-        os.environ["LDSHARED"] = " ".join(filter(None, [
-            mpicc, first, ldshared.split(None, 1)[1] if " " in ldshared else "-shared"]))
+        for var, driver, default in (("LDSHARED", mpicc, "cc -shared"),
+                                     ("LDCXXSHARED", os.environ["CXX"], "c++ -shared")):
+            line = sysconfig.get_config_var(var) or default
+            os.environ[var] = " ".join(filter(None, [
+                driver, first, line.split(None, 1)[1] if " " in line else "-shared"]))
         for ext in self.extensions:
             ext.include_dirs += [mpi4py.get_include(), numpy.get_include(), CORE]
         done = {e.name: e for e in cythonize(self.extensions, language_level=3,

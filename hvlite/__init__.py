@@ -14,7 +14,7 @@ from hvlite.collectives import (Handle, allgather, allgather_async, allgather_ob
 from hvlite.errors import (ConfigError, DtypeError, DuplicateNameError, ForkedChildError,
                            HostsUpdatedInterrupt, HvliteError, InternalError,
                            InvalidArgumentError, LostRankError, MismatchError, MPIError,
-                           NotInitializedError, RankFailedError, ShutdownError, StallError,
+                           MPILibraryError, NotInitializedError, RankFailedError, ShutdownError, StallError,
                            UnsupportedOperationError)
 from hvlite.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from hvlite.process_sets import ProcessSet, global_process_set
@@ -93,6 +93,6 @@ __all__ = [
     "remove_process_set", "Compression", "timeline", "start_timeline", "stop_timeline", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "HvliteError", "NotInitializedError", "ConfigError", "DtypeError", "InvalidArgumentError",
     "DuplicateNameError", "ForkedChildError", "InternalError", "UnsupportedOperationError",
-    "MismatchError", "MPIError", "ShutdownError", "StallError", "LostRankError", "RankFailedError",
+    "MismatchError", "MPIError", "MPILibraryError", "ShutdownError", "StallError", "LostRankError", "RankFailedError",
     "HostsUpdatedInterrupt", "elastic",
 ]

@@ -53,6 +53,12 @@ class MismatchError(HvliteError, RuntimeError):
     or some rank failed its own input checks. Raised on every rank."""
 
 
+class MPILibraryError(HvliteError, ImportError):
+    """init() found the core linked to another MPI library than the one mpi4py loaded and
+    started (two MPIs in one process): an installation problem, an ImportError as a broken
+    extension is at import."""
+
+
 class ShutdownError(InternalError):
     """hvlite was shut down (on this or another rank) before the collective completed,
     or a call came after the coordinator stopped."""

@@ -17,7 +17,7 @@ import weakref
 from hvlite import config as _config
 from hvlite import process_sets as _ps
 from hvlite.errors import (ConfigError, ForkedChildError, InvalidArgumentError, LostRankError,
-                           NotInitializedError)
+                           MPILibraryError, NotInitializedError)
 
 _LEVEL_NAMES = {"single": "MPI_THREAD_SINGLE", "funneled": "MPI_THREAD_FUNNELED",
                 "serialized": "MPI_THREAD_SERIALIZED", "multiple": "MPI_THREAD_MULTIPLE"}
@@ -44,7 +44,7 @@ def _mpi(thread_level):
     started, core_lib = core_mpi()
     if not started:
         # two MPI libraries in one process: the core would call one that was never initialised
-        raise ImportError(
+        raise MPILibraryError(
             f"hvlite's core is linked to another MPI library ({core_lib}) than the one mpi4py "
             f"loaded and started ({MPI.Get_library_version().splitlines()[0].strip()}). Rebuild "
             "hvlite against mpi4py's MPI (its mpicc first on PATH, or MPICC=), or point mpi4py at "

@@ -55,25 +55,25 @@ def test_make_demo_installs_no_torch_and_make_test_a_pinned_one():
 
 
 DECOY_BUILD = r"""
-import runpy, sys, sysconfig
+import runpy, sys
 import setuptools
 decoy, out, tmp = sys.argv[1:4]
-# a distribution's Python: its library directory, holding another MPI's libmpi.so, on LDSHARED
-sysconfig.get_config_vars()["LDSHARED"] = "cc -shared -L" + decoy
+MODULES = ("hvlite._core.codes", "hvlite._core.negotiation.exchange")     # C, and C++
 real = setuptools.setup
-def one_module(**kw):
-    kw["ext_modules"] = [e for e in kw["ext_modules"] if e.name == "hvlite._core.codes"]
+def some_modules(**kw):
+    kw["ext_modules"] = [e for e in kw["ext_modules"] if e.name in MODULES]
     return real(**kw)
-setuptools.setup = one_module
-sys.argv = ["setup.py", "build_ext", "--build-lib", out, "--build-temp", tmp]
+setuptools.setup = some_modules
+# -L: where setuptools puts a shared Python's LIBDIR (/usr/lib/<triplet> on a distribution)
+sys.argv = ["setup.py", "build_ext", "-L", decoy, "--build-lib", out, "--build-temp", tmp]
 runpy.run_path("setup.py", run_name="__main__")
 """
 
 
 def test_the_core_links_the_wrappers_mpi_over_one_in_pythons_library_directory(tmp_path):
     """A system MPI's libmpi.so of another ABI in Python's own library directory (Ubuntu's
-    python3 with Open MPI installed) must not take -lmpi from the MPI wrapper: a core linked to
-    it calls an MPI that mpi4py never initialised."""
+    python3 with Open MPI installed) must not take -lmpi from the MPI wrapper, in C modules
+    or C++ ones: a core linked to it calls an MPI that mpi4py never initialised."""
     import glob
     import os
     import shutil
@@ -84,27 +84,31 @@ def test_the_core_links_the_wrappers_mpi_over_one_in_pythons_library_directory(t
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     decoy = tmp_path / "decoy"
     decoy.mkdir()
-    # the decoy defines what the core calls, so that a linker that reaches it first binds to it
-    core = glob.glob(os.path.join(root, "hvlite", "_core", "codes*.so"))
-    assert core, "the core is not built"
-    syms = subprocess.run([shutil.which("nm") or "nm", "-D", "--undefined-only", core[0]],
-                          capture_output=True, text=True, timeout=60).stdout.split()
-    calls = sorted({s.split("@")[0] for s in syms if s.startswith(("MPI_", "PMPI_", "ompi_"))})
+    # the decoy defines what the modules call, so that a linker that reaches it first binds to it
+    calls = set()
+    for module in ("codes", os.path.join("negotiation", "exchange")):
+        core = glob.glob(os.path.join(root, "hvlite", "_core", module + "*.so"))
+        assert core, f"the core's {module} is not built"
+        syms = subprocess.run([shutil.which("nm") or "nm", "-D", "--undefined-only", core[0]],
+                              capture_output=True, text=True, timeout=60).stdout.split()
+        calls |= {s.split("@")[0] for s in syms if s.startswith(("MPI_", "PMPI_", "ompi_"))}
     assert calls, "the core calls no MPI function?"
-    (decoy / "mpi.c").write_text("".join(f"void {c}(void) {{}}\n" for c in calls))
+    (decoy / "mpi.c").write_text("".join(f"void {c}(void) {{}}\n" for c in sorted(calls)))
     subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libmpi.so.99", "-o",
                     str(decoy / "libmpi.so"), str(decoy / "mpi.c")], check=True, timeout=60)
     out = subprocess.run([sys.executable, "-c", DECOY_BUILD, str(decoy), str(tmp_path / "lib"),
                           str(tmp_path / "tmp")], cwd=root, capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, HVLITE_BUILD_JOBS="1"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    built = glob.glob(str(tmp_path / "lib" / "hvlite" / "_core" / "codes*.so"))
-    assert len(built) == 1, out.stdout[-2000:]
-    dyn = subprocess.run([objdump, "-p", built[0]], capture_output=True, text=True,
-                         timeout=60).stdout
-    needed = [line.split()[1] for line in dyn.splitlines() if line.strip().startswith("NEEDED")]
-    assert "libmpi.so.99" not in needed, needed
-    assert any(n.startswith("libmpi") for n in needed), needed
+    for module in ("codes", os.path.join("negotiation", "exchange")):
+        built = glob.glob(str(tmp_path / "lib" / "hvlite" / "_core" / module) + "*.so")
+        assert len(built) == 1, out.stdout[-2000:]
+        dyn = subprocess.run([objdump, "-p", built[0]], capture_output=True, text=True,
+                             timeout=60).stdout
+        needed = [line.split()[1] for line in dyn.splitlines()
+                  if line.strip().startswith("NEEDED")]
+        assert "libmpi.so.99" not in needed, (module, needed)
+        assert any(n.startswith("libmpi") for n in needed), (module, needed)
 
 
 def test_a_core_linked_to_another_mpi_than_mpi4pys_is_named_at_init():
@@ -113,8 +117,10 @@ def test_a_core_linked_to_another_mpi_than_mpi4pys_is_named_at_init():
     aborts the process with that MPI's 'called before MPI_INIT')."""
     code = ("import hvlite._core.codes as c; c.core_mpi = lambda: (False, 'Open MPI v4.1.6'); "
             "import hvlite as hvd\n"
-            "try:\n    hvd.init()\nexcept ImportError as e:\n    print('refused:', e)\n")
+            "try:\n    hvd.init()\nexcept ImportError as e:\n"
+            "    print('refused:', e, type(e).__name__, isinstance(e, hvd.HvliteError))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "refused: hvlite's core is linked to another MPI library (Open MPI v4.1.6)" in out.stdout
+    assert out.stdout.rstrip().endswith("MPILibraryError True"), out.stdout
     assert "MPICH" in out.stdout or "Intel" in out.stdout or "Open MPI" in out.stdout.split(")")[1]

@@ -74,7 +74,8 @@ def test_routing_imports_no_gpu_library():
 
 
 def _backend(current="current"):
-    """A CupyBackend over a stand-in for CuPy's stream calls."""
+    """A CupyBackend over a stand-in for CuPy's stream calls (a CuPy before 14: ExternalStream,
+    no Stream.from_external; tests/gpu/test_copy_engine.py has 14's)."""
     from hvlite.gpu import submit
     be = object.__new__(submit.CupyBackend)
     cp = types.SimpleNamespace(cuda=types.SimpleNamespace(ExternalStream=lambda h: ("ext", h)))

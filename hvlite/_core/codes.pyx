@@ -4,7 +4,7 @@ engine and the parameter server raise through `exception()` / `check()`.
 
 Importing this module does not start MPI (it calls MPI_Error_string only for a real MPI code)."""
 from mpi4py.libmpi cimport MPI_Error_string, MPI_SUCCESS, MPI_MAX_ERROR_STRING
-from mpi4py.libmpi cimport MPI_Initialized, MPI_Get_library_version, MPI_MAX_LIBRARY_VERSION_STRING
+from mpi4py.libmpi cimport MPI_Initialized, MPI_Get_library_version
 from libc.string cimport strlen, memcpy
 
 
@@ -75,10 +75,13 @@ def core_mpi():
     through its own binding: where that is not the library mpi4py loaded and initialised, the
     runtime says so instead of letting the core call an MPI that was never started."""
     cdef int flag = 0, n = 0
-    cdef char buf[MPI_MAX_LIBRARY_VERSION_STRING + 1]
+    # sized for any MPI, not by this build's header: the library answering may be another
+    # (Open MPI's header says 256, MPICH writes up to 8192)
+    cdef char buf[16384]
     MPI_Initialized(&flag)
     if MPI_Get_library_version(buf, &n) != MPI_SUCCESS:
         n = 0
+    n = n if 0 <= n < <int>sizeof(buf) else 0
     text = buf[:n].decode("utf-8", "replace").strip()
     return bool(flag), (text.splitlines()[0].strip() if text else "unknown")
 

@@ -115,7 +115,7 @@ class _Handle:
 def external_stream(cp, ptr):
     """A CuPy stream object for a stream CuPy did not make (never destroyed by it): through
     Stream.from_external where CuPy has it (14 and later, which deprecates ExternalStream)."""
-    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    from_external = getattr(getattr(cp.cuda, "Stream", None), "from_external", None)
     if from_external is not None:
         return from_external(_Handle(int(ptr)))
     return cp.cuda.ExternalStream(int(ptr))

@@ -45,17 +45,27 @@ def run_chunked(engine, src, dst, nbytes, chunk_bytes, itemsize, start, after, s
         engine.h2d(dst, off, slots[s], size, h2d_stream)
         freed[s] = engine.record(h2d_stream)
 
-    for i, (off, size) in enumerate(chunks(nbytes, chunk_bytes, itemsize)):
-        s = i % depth
-        if freed[s] is not None:
-            engine.wait(d2h_stream, freed[s])
-        engine.d2h(slots[s], src, off, size, d2h_stream)
-        engine.sync(engine.record(d2h_stream))
-        pending.append((i, start(i, slots[s], size), s, off, size))
-        while len(pending) >= depth:
+    try:
+        for i, (off, size) in enumerate(chunks(nbytes, chunk_bytes, itemsize)):
+            s = i % depth
+            if freed[s] is not None:
+                engine.wait(d2h_stream, freed[s])
+            engine.d2h(slots[s], src, off, size, d2h_stream)
+            engine.sync(engine.record(d2h_stream))
+            pending.append((i, start(i, slots[s], size), s, off, size))
+            while len(pending) >= depth:
+                finish(pending.popleft())
+        while pending:
             finish(pending.popleft())
-    while pending:
-        finish(pending.popleft())
+    except BaseException:
+        # a chunk failed: the others' collectives may still write their slots, which the next
+        # job refills; wait for every one (their own failures are this one's)
+        for item in pending:
+            try:
+                item[1].synchronize()
+            except BaseException:        # noqa: BLE001 - the first failure is raised below
+                pass
+        raise
     return engine.record(h2d_stream)
 
 

@@ -7,7 +7,6 @@ reduces on the GPU); otherwise, and for the other collectives, through pinned ho
 (staging.py). The result is a new array on the same device (or the caller's array, for the
 in-place forms), in the caller's kind: CuPy for CuPy and raw interfaces, torch for torch.
 """
-import contextlib
 import functools
 
 import numpy as np
@@ -165,13 +164,16 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
                                  f"the device: {type(e).__name__}: {e}")
 
     def finish(result):
-        value, done = result[:2]               # result[2:]: host buffers kept until here
-        eng.wait(be.caller_stream(x), done)    # the caller's stream now sees the result
+        value, done = result
+        stream = be.caller_stream(x)
+        if done is not None:
+            eng.wait(stream, done)              # the caller's stream now sees the result
         if inplace:
             return x
-        if isinstance(value, tuple):
-            return restore(value[0]), value[1]
-        return restore(value)
+        value, extra = value if isinstance(value, tuple) else (value, None)
+        if isinstance(value, _Staged):          # a host result: to the device on this stream
+            value = value.to_device(be, stream, w)
+        return restore(value) if extra is None else (restore(value), extra)
 
     w = worker_of(st)
     size = 0 if arr is None or kind in (ALLGATHER, ALLTOALL) else arr.nbytes  # those may differ
@@ -186,15 +188,34 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
             w.submit(DeviceHandle(name, None), lambda: w.ticket_table(ticket))   # drain it
             raise problem
         job = _Job(be, st, ps, kind, name, src, out, o, root_rank, root, splits, after, ticket,
-                   direct, rt.settings.cuda_chunk_bytes, w, caller)
+                   direct, rt.settings.cuda_chunk_bytes, w)
         handle = DeviceHandle(name, finish)
         w.submit(handle, job)
     return handle
 
 
+class _Staged:
+    """A result still in pinned host memory. synchronize() moves it to the device on the
+    caller's thread and stream: its memory comes from the pool in that stream's order (CuPy's
+    pool reuses a block freed on a stream for that stream's next allocation), and the copy
+    follows the caller's own work. The pinned buffer is held until the copy has read it."""
+
+    __slots__ = ("back", "shape", "dtype", "nbytes")
+
+    def __init__(self, back, shape, dtype, nbytes):
+        self.back, self.shape, self.dtype, self.nbytes = back, shape, dtype, nbytes
+
+    def to_device(self, be, stream, worker):
+        with be.use(stream):
+            out = be.xp.empty(self.shape, dtype=self.dtype)
+        done = staging.stage_out(be.engine, _flat(be.xp, out), self.back, self.nbytes, stream)
+        worker.hold(be.engine, done, self.back)
+        return out
+
+
 class _Job:
     def __init__(self, be, st, ps, kind, name, src, out, op, root_rank, root, splits, after,
-                 ticket, direct, chunk_bytes, worker, caller):
+                 ticket, direct, chunk_bytes, worker):
         self.__dict__.update(locals())
         del self.__dict__["self"]
 
@@ -202,20 +223,21 @@ class _Job:
         check_tickets(self.worker.ticket_table(self.ticket), self.name, self.st.ranks,
                       _WHAT[self.kind])
         be, eng, xp = self.be, self.be.engine, self.be.xp
-        self.worker.reap()
-        # the current device is per thread (0 in a new one): this rank's GPU, for the streams,
-        # events and allocations made here
+        # the current device is per thread (0 in a new one): this rank's GPU for everything
+        # the worker thread does, its streams, events and allocations, and their release
         device = getattr(eng, "device", None)
-        with device if device is not None else contextlib.nullcontext():
-            stream = getattr(self.worker, "stream", None)
-            if stream is None:
-                stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
-            with be.use(stream[1]):
-                if self.direct is not None:
-                    return self._direct(stream[1])
-                if self.kind in (ALLREDUCE, BROADCAST):
-                    return self._chunked(stream)
-                return self._whole(stream[1])
+        if device is not None:
+            device.use()
+        self.worker.reap()
+        stream = getattr(self.worker, "stream", None)
+        if stream is None:
+            stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
+        with be.use(stream[1]):
+            if self.direct is not None:
+                return self._direct(stream[1])
+            if self.kind in (ALLREDUCE, BROADCAST):
+                return self._chunked(stream)
+            return self._whole(stream[1])
 
     def _direct(self, stream):
         eng, xp = self.be.engine, self.be.xp
@@ -269,11 +291,8 @@ class _Job:
             if self.splits is not None:
                 res, extra = res
         res = np.ascontiguousarray(res)
-        with self.be.use(self.caller):       # the result's memory in the caller's stream order
-            out = xp.empty(res.shape, dtype=res.dtype)
-        eng.wait(stream, eng.record(self.caller))
         back = eng.pinned(res.nbytes)
         back[:res.nbytes] = res.reshape(-1).view(np.uint8)
-        done = staging.stage_out(eng, _flat(xp, out), back, res.nbytes, stream)
-        self.worker.hold(eng, done, back)    # pinned memory freed only once the copy read it
-        return ((out, extra) if extra is not None else out), done
+        # the device copy is made at synchronize(), on the caller's thread and stream
+        staged = _Staged(back, res.shape, res.dtype, res.nbytes)
+        return ((staged, extra) if extra is not None else staged), None

@@ -121,14 +121,27 @@ class DeviceWorker:
 
     def hold(self, engine, event, *buffers):
         """Keep host buffers an asynchronous copy reads until its event: a pinned pool hands a
-        freed block out again at once, whatever is still copying from it."""
-        self.held.append((engine, event, buffers))
+        freed block out again at once, whatever is still copying from it. (From the caller's
+        thread at synchronize(), and the worker's.)"""
+        with self.lock:
+            self.held.append((engine, event, buffers))
         self.reap()
 
     def reap(self):
         """Let go of the held buffers whose copies are done (oldest first)."""
-        while self.held and self.held[0][0].query(self.held[0][1]):
-            self.held.popleft()
+        with self.lock:
+            while self.held and self.held[0][0].query(self.held[0][1]):
+                self.held.popleft()
+
+    def _let_go(self):
+        """At stop: wait for the copies still reading held buffers, then drop them all."""
+        with self.lock:
+            held, self.held = list(self.held), collections.deque()
+        for engine, event, _ in held:
+            try:
+                engine.sync(event)
+            except Exception:      # noqa: BLE001 - a device gone at exit: nothing left to protect
+                pass
 
     def submit(self, handle, job):
         self.queue.put((handle, job))
@@ -137,6 +150,7 @@ class DeviceWorker:
         while True:
             handle, job = self.queue.get()
             if job is None:
+                self._let_go()
                 return
             try:
                 handle._done(job())

@@ -11,6 +11,7 @@ and removes the MPI shared-memory files the job left in /dev/shm (hvlite/run/cle
 """
 import argparse
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -243,6 +244,8 @@ def check_build():
     from hvlite._core.codes import core_mpi
     s = config.load()
     started, core_lib = core_mpi()
+    if not MPI.Is_initialized():        # MPI4PY_RC_INITIALIZE=0: nothing started to compare with
+        started, core_lib = True, core_lib + " (MPI not started: not compared)"
     level_names = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
                    MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED", MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
     lines = [f"hvlite v{hvlite.__version__}",
@@ -280,7 +283,7 @@ def _gpu_support(settings):
     version = "?"
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower()
-        if name.startswith("cupy"):
+        if re.fullmatch(r"cupy(-cuda\d+x?|-rocm-[\w-]+)?", name):     # not cupy-xarray and kin
             version = f"{name} {dist.version}"
             break
     aware, why = decide(settings.cuda_aware)

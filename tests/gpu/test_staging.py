@@ -133,3 +133,29 @@ def test_slots_without_the_last_jobs_copies_are_caught():
         except (Hazard, AssertionError):
             caught += 1
     assert caught > 0
+
+
+def test_a_failed_chunk_waits_for_the_others_before_raising():
+    """A chunk whose collective fails ends the job, but the chunks started after it still
+    write their slots until they finish: the next job must not refill those slots meanwhile."""
+    eng = FakeEngine(np.random.default_rng(4))
+    started, synced = [], []
+
+    class Handle:
+        def __init__(self, i):
+            self.i = i
+
+        def synchronize(self):
+            synced.append(self.i)
+            if self.i == 0:
+                raise RuntimeError("chunk 0 failed")
+
+    def start(i, slot, size):
+        started.append(i)
+        return Handle(i)
+    src, dst = np.zeros(4096, np.uint8), np.zeros(4096, np.uint8)
+    with pytest.raises(RuntimeError, match="chunk 0 failed"):
+        staging.run_chunked(eng, src, dst, 4096, 1024, 4, start, eng.record(eng.caller),
+                            (eng.new_stream(), eng.new_stream()),
+                            [eng.pinned(1024), eng.pinned(1024)])
+    assert started == [0, 1] and sorted(synced) == started

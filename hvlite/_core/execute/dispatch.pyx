@@ -160,8 +160,9 @@ cdef str _cand_name(const Calibration* cal, int code):
 cdef dict calibration_table(const Calibration* cal, bint apart=False):
     """{class size in bytes: {"pick", "at_bytes", "seconds": {candidate: s}, "calls": {candidate:
     trial calls}, "confirmed": the pick's last confirmed s or None, "redos": times measured
-    again}} for measured classes of calls in place (apart: of calls whose output is not their
-    input; for the segment's ways, of fused batches). Candidates by name: algorithms, or ways."""
+    again, "bar": how much faster than the model's choice another had to run}} for measured
+    classes of calls in place (apart: of calls whose output is not their input; for the
+    segment's ways, of fused batches). Candidates by name: algorithms, or ways."""
     out = {}
     cdef int k
     for j in range(CAL_CLASSES):
@@ -173,12 +174,19 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
             "seconds": {_cand_name(cal, cal.cand[k][i]): cal.seconds[k][cal.cand[k][i]]
                         for i in range(cal.ncand[k]) if cal.seconds[k][cal.cand[k][i]] > 0},
             "calls": {_cand_name(cal, cal.cand[k][i]): cal.ntrial[k][i] for i in range(cal.ncand[k])},
-            "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k]}
+            "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k], "bar": cal.bar[k]}
     return out
 
 
+cdef double LONE_SPREAD = 8.0   # one node, a lone candidate: the others within this x of it
+cdef double LONE_CHEAP = 5e-4   # ... or predicted under this many seconds a call
+cdef double LONE_BAR = 1.3      # ... and the model's own stays unless one ran this x faster
+
+
 cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False) noexcept nogil:
-    cdef int cls, model, n = 0, a, near
+    cdef int cls, model, n = 0, a, near, second
+    cdef double second_p
+    cdef bint lone = False
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
     cdef double best, p
@@ -206,16 +214,24 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
                     cand[n], pred[n] = a, p
                     n += 1
         if n == 1 and c.nodes == 1:
-            # On one node a trial costs microseconds, and a model whose probes met a busy
-            # moment can leave one candidate that then runs for good (shm at 64 KiB, 3.6x
-            # slower than ring in such a launch): there a lone candidate means all are tried.
-            n = 0
+            # A model whose probes met a busy moment can leave one candidate that then runs
+            # for good (shm at 64 KiB, 3.6x slower than ring in such a launch). On one node a
+            # lone candidate is tried beside the others the model puts within LONE_SPREAD x
+            # of it or whose calls it predicts under LONE_CHEAP seconds (a trial's cost), and
+            # at least the runner-up: a gigabyte's tree or rd trials would cost whole steps.
+            second, second_p = -1, 0.0
             for a in range(ALG_COUNT):
-                if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform,
-                                                       c.shm_ok):
-                    cand[n] = a
-                    pred[n] = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
-                    n += 1
+                if a != cand[0] and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
+                    p = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
+                    if n < CAL_MAX_CANDIDATES and (p <= LONE_SPREAD * best or p <= LONE_CHEAP):
+                        cand[n], pred[n] = a, p
+                        n += 1
+                    elif second < 0 or p < second_p:
+                        second, second_p = a, p
+            if n == 1 and second >= 0:
+                cand[1], pred[1] = second, second_p
+                n = 2
+            lone = True
         if n <= 1:
             a = cand[0] if n == 1 else model
             c.cal.pick[cls] = <signed char>a
@@ -227,6 +243,8 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
                         c.cal.at_bytes[near])
             return a
         cal_begin(&c.cal, cls, nbytes, cand, pred, n)
+        if lone:    # the model was sure: a challenger must win clearly, not by a trial's noise
+            c.cal.bar[cls] = LONE_BAR
     a = cal_next(&c.cal, cls)
     if a == ALG_SHM and _way_open(c, nbytes, False):
         c.cal.armed = 0     # this call measures the segment's ways; shm's own trials come after

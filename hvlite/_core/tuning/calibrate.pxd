@@ -43,6 +43,7 @@ cdef struct Calibration:
     int trials[CAL_SLOTS]                         # trial calls completed
     int cand[CAL_SLOTS][CAL_MAX_CANDIDATES]
     double pred[CAL_SLOTS][CAL_MAX_CANDIDATES]    # the model's predictions, for its order
+    double bar[CAL_SLOTS]    # candidates within bar x the fastest go by the model's order (TIE)
     # confirming a kept pick on the job's calls
     double window[CAL_SLOTS][CAL_WINDOW]          # this rank's times of the window's calls
     int in_window[CAL_SLOTS]                      # calls timed in the open window

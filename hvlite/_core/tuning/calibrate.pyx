@@ -33,8 +33,9 @@ so every rank records the same times and picks alike.
   over NEAR x the pick in the nearest measured class a factor of 2 or 4 away, and that pick;
   a lone survivor is taken without trials. Algorithms' costs move smoothly with size: a 1.5x
   gap does not close within a factor of 4. One node keeps every candidate (trials cost
-  microseconds there), and tries at least two: the model's runner-up joins a lone one
-  (dispatch.resolve_algorithm), so a model probed at a busy moment is checked too.
+  microseconds there), and tries at least two: beside a lone one, those the model puts within
+  8x of it or under 0.5 ms a call, else its runner-up (dispatch.resolve_algorithm), so a model
+  probed at a busy moment is checked too.
 - The pick is confirmed on the job's calls: windows of CAL_WINDOW calls, timed and agreed in
   one all-reduce, right after the pick and then at doubling gaps (at most CAL_GAP_MAX calls
   apart). A window whose median departs from the pick's trial time by more than DRIFT either
@@ -67,6 +68,7 @@ cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noex
     cal.armed = 0
     for i in range(CAL_SLOTS):
         cal.pick[i] = -1
+        cal.bar[i] = TIE
         cal.ncand[i] = 0
         cal.trials[i] = 0
         cal.redos[i] = 0
@@ -118,6 +120,7 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
     for a in range(ALG_COUNT):
         cal.seconds[cls][a] = 0
     cal.ncand[cls] = n
+    cal.bar[cls] = TIE
     cal.trials[cls] = 0
     cal.warmed[cls] = False
     cal.at_bytes[cls] = <double>nbytes
@@ -186,7 +189,7 @@ cdef void _decide(Calibration* cal, int cls, MPI_Comm comm) noexcept nogil:
     fastest = cal.seconds[cls][cand[best]]
     best = -1
     for i in range(n):      # near the fastest, the model's order (ties: the earlier candidate)
-        if (not cal.dropped[cls][i] and cal.seconds[cls][cand[i]] <= TIE * fastest
+        if (not cal.dropped[cls][i] and cal.seconds[cls][cand[i]] <= cal.bar[cls] * fastest
                 and (best < 0 or cal.pred[cls][i] < cal.pred[cls][best])):
             best = i
     cal.pick[cls] = <signed char>cand[best]
