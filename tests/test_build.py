@@ -111,16 +111,15 @@ def test_the_core_links_the_wrappers_mpi_over_one_in_pythons_library_directory(t
         assert any(n.startswith("libmpi") for n in needed), (module, needed)
 
 
-def test_a_core_linked_to_another_mpi_than_mpi4pys_is_named_at_init():
+def test_a_core_linked_to_another_mpi_than_mpi4pys_is_named_at_init(mpirun):
     """The core's own binding finds MPI not started after mpi4py started its MPI: two libraries
-    in one process. init() names both instead of letting the core call the idle one (which
-    aborts the process with that MPI's 'called before MPI_INIT')."""
-    code = ("import hvlite._core.codes as c; c.core_mpi = lambda: (False, 'Open MPI v4.1.6'); "
-            "import hvlite as hvd\n"
-            "try:\n    hvd.init()\nexcept ImportError as e:\n"
-            "    print('refused:', e, type(e).__name__, isinstance(e, hvd.HvliteError))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "refused: hvlite's core is linked to another MPI library (Open MPI v4.1.6)" in out.stdout
-    assert out.stdout.rstrip().endswith("MPILibraryError True"), out.stdout
-    assert "MPICH" in out.stdout or "Intel" in out.stdout or "Open MPI" in out.stdout.split(")")[1]
+    in one process. init() names both, on every rank, instead of letting the core call the idle
+    one (which aborts the process with that MPI's 'called before MPI_INIT')."""
+    out = mpirun(2, "tests/two_mpis_job.py", pytest_module=False, timeout=120)
+    for r in range(2):
+        line = next((x for x in out.splitlines() if f"rank {r} refused:" in x), None)
+        assert line is not None, out
+        assert "MPILibraryError True: hvlite's core is linked to another MPI library " \
+               "(Open MPI v4.1.6) than the one mpi4py loaded and started (MPI" in line \
+               or "(Intel" in line, line
+    assert "went ahead" not in out
