@@ -841,8 +841,6 @@ cdef class Coordinator:
         cdef double t0
         cdef uint64_t flags, want = SLOW_FLAGS | FLAG_NOT_JOINED
         cdef bint clean
-        cdef Item* item
-        cdef Meta* meta
         cdef vector[Item] items
         if self.ride.dirty:
             rides_layout(&self.ride, &self.cache)
@@ -875,20 +873,7 @@ cdef class Coordinator:
         self.watch.negotiating = False
         self.rounds += 1
         self.express_rounds += 1
-        self.cache.last_used[slot] = self.clock
-        item = &self.xitems[0]      # as _cached makes it: strings and vectors keep their room
-        item.name.assign(req.name)      # (an assignment would copy into a temporary first)
-        meta = &self.cache.metas[slot]
-        item.meta.collective, item.meta.dtype, item.meta.op = meta.collective, meta.dtype, meta.op
-        item.meta.root, item.meta.algorithm, item.meta.apart = meta.root, meta.algorithm, meta.apart
-        item.meta.shape.assign(meta.shape.begin(), meta.shape.end())
-        item.meta.error.assign(meta.error)
-        item.req = req
-        item.value = -1
-        item.late.clear()
-        item.err = 0
-        item.ride = self.ride.at[slot]
-        item.hit = True
+        self._hit_item(&self.xitems[0], slot, req, self.ride.at[slot])    # keeps its room
         # no clock read: the timeline is off (_take_now) and negotiate_seconds counts the
         # other rounds (two reads were 8% of a barrier on one rank)
         self.doing_items = &self.xitems
@@ -1015,16 +1000,22 @@ cdef class Coordinator:
                 it = self.pending.find(self.cache.names[s])
                 if it == self.pending.end() and not self.joined:
                     continue
-                item.name = self.cache.names[s]
-                item.meta = self.cache.metas[s]
-                item.req = deref(it).second if it != self.pending.end() else NULL
-                item.value = -1
-                item.late.clear()
-                item.err = 0
-                item.ride = self.ride.at[s] if rides_ok else -1
-                item.hit = True
+                self._hit_item(&item, s, deref(it).second if it != self.pending.end() else NULL,
+                               self.ride.at[s] if rides_ok else -1)
                 items.push_back(item)
-                self.cache.last_used[s] = self.clock
+
+    cdef void _hit_item(self, Item* item, int s, Request* req, int ride) noexcept nogil:
+        """The item of cached slot s, its agreed answer, for this round (_cached, _express).
+        Assigned into an item that may be reused: its strings and vectors keep their room."""
+        item.name.assign(self.cache.names[s])
+        item.meta = self.cache.metas[s]
+        item.req = req
+        item.value = -1
+        item.late.clear()
+        item.err = 0
+        item.ride = ride
+        item.hit = True
+        self.cache.last_used[s] = self.clock
 
     cdef void _run_ready(self, vector[Item]& items, bint run, double t0,
                          double ready) noexcept nogil:

@@ -287,6 +287,23 @@ cdef inline int _across(allreduce_fn cross_fn, char* buf, size_t count, int dtyp
     return err
 
 
+cdef int _redundant(ShmArea* a, const char* src, char* dst, size_t count, int dtype, int op,
+                    long divisor) noexcept nogil:
+    """Every rank reduces every slot, one barrier per segment: src into this rank's slot, then
+    dst = every slot reduced, this rank's part read from src (dst may be src: in place)."""
+    cdef size_t es = dtype_size(dtype), per = a.seg // es, off, n, k
+    cdef size_t nseg = (count + per - 1) // per
+    cdef int p
+    for k in range(nseg):
+        off = k * per
+        n = count - off if count - off < per else per
+        p = (a.epoch + 1) & 1
+        memcpy(_slot(a, a.me, p), src + off * es, n * es)
+        _barrier(a)
+        _reduce(a, p, 0, n, dtype, op, src + off * es, dst + off * es, NULL, divisor)
+    return a.lost
+
+
 cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
                        MPI_Comm cross, bint uniform, allreduce_fn cross_fn, Scratch* s,
                        long divisor) noexcept nogil:
@@ -317,15 +334,7 @@ cdef int shm_allreduce(char* buf, size_t count, int dtype, int op, ShmArea* a,
     if a.base == NULL:
         return HV_ERR_SHM
     if not has_cross and (count if count < per else per) * es <= a.redundant_max:
-        # Every rank reduces every slot: one barrier per segment.
-        for k in range(nseg):
-            off = k * per
-            n = count - off if count - off < per else per
-            p = (a.epoch + 1) & 1
-            memcpy(_slot(a, a.me, p), buf + off * es, n * es)
-            _barrier(a)
-            _reduce(a, p, 0, n, dtype, op, buf + off * es, buf + off * es, NULL, divisor)
-        return a.lost
+        return _redundant(a, buf, buf, count, dtype, op, divisor)
     # Sliced (or, on uneven nodes, by the leader): segment k + 1 is copied in while segment k is
     # reduced, one barrier per segment. A rank copies in only what the others reduce, reduces
     # its slice from its own buffer and the others' slots, and copies the others' slices out.
@@ -491,15 +500,7 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
             # A lone tensor out of place: as in place, reading this rank's part from its input
             # and writing the result once, without the accumulator's extra copy (4 KiB, 2 ranks:
             # the pieces' way cost ~0.3 us more than in place)
-            for k in range(nseg):
-                off = k * per
-                n = count - off if count - off < per else per
-                pa = (a.epoch + 1) & 1
-                memcpy(_slot(a, a.me, pa), p[0].input + off * es, n * es)
-                _barrier(a)
-                _reduce(a, pa, 0, n, dtype, op, p[0].input + off * es, p[0].output + off * es,
-                        NULL, divisor)
-            return a.lost
+            return _redundant(a, p[0].input, p[0].output, count, dtype, op, divisor)
         for k in range(nseg):
             off = k * per
             n = count - off if count - off < per else per
