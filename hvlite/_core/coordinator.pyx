@@ -483,8 +483,8 @@ cdef class Coordinator:
         return calibration_table(&snap, upper)
 
     def _scale_way(self, str way, double factor):
-        """Tests only: the segment's trials of `way` ("slots" or "direct") record factor x their
-        time from now on, as if that way were slower here."""
+        """Tests only: the segment's timed calls of `way` ("slots" or "direct") record factor x
+        their time from now on, as if that way were slower here."""
         from hvlite._core.codes import SHM_WAYS
         cdef int code = SHM_WAYS.code(way)
         with nogil:
@@ -493,9 +493,9 @@ cdef class Coordinator:
             hv_unlock(&self.rmon)
 
     def _scale_trials(self, double factor, str algorithm=None):
-        """Tests only: auto's trials (of `algorithm` only, when given) record factor x their time
-        from now on (3: a calibration disturbed as a busy machine would, which the job's later
-        calls must catch)."""
+        """Tests only: auto's timed calls (its trials, confirming windows and challenges; of
+        `algorithm` only, when given) record factor x their time from now on (3: a calibration
+        disturbed as a busy machine would, which the job's later calls must catch)."""
         from hvlite._core.codes import ALGORITHMS
         found = -1 if algorithm is None else ALGORITHMS.code(algorithm)
         if found is None:

@@ -44,9 +44,17 @@ def test_debug_names_what_was_measured(mpirun):
     # one line per measured class, at the size it measured, naming the pick the table holds
     # (a class the job's calls did not confirm is measured again: 1 + redos lines, the last one
     # naming the pick, each redo announced on its own line)
-    said = {int(line.split("measured at ")[1].split()[0]): line.rsplit(" -> ", 1)[1].strip()
-            for line in lines}
+    # (a runner-up that ran faster in the job's calls took over: one line each, "... from now")
+    said = {}
+    for line in out.splitlines():
+        if "auto measured at" in line:
+            said[int(line.split("measured at ")[1].split()[0])] = line.rsplit(" -> ", 1)[1].strip()
+        elif line.startswith("[0] hvlite: auto at ") and line.endswith(" from now"):
+            said[int(line.split("auto at ")[1].split()[0])] = line.rsplit(": ", 1)[1].split()[0]
     again = [line for line in out.splitlines() if "measuring again" in line and "auto's" in line]
+    took = [line for line in out.splitlines() if line.startswith("[0] hvlite: auto at ")
+            and line.endswith(" from now")]
     redos = sum(e["redos"] for e in measured.values())
     assert len(lines) == len(measured) + redos and len(again) == redos, (lines, again, measured)
+    assert len(took) == sum(e["switches"] for e in measured.values()), (took, measured)
     assert said == {e["at_bytes"]: e["pick"] for e in measured.values()}, (lines, measured)

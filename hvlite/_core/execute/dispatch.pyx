@@ -160,7 +160,9 @@ cdef str _cand_name(const Calibration* cal, int code):
 cdef dict calibration_table(const Calibration* cal, bint apart=False):
     """{class size in bytes: {"pick", "at_bytes", "seconds": {candidate: s}, "calls": {candidate:
     trial calls}, "confirmed": the pick's last confirmed s or None, "redos": times measured
-    again, "bar": how much faster than the model's choice another had to run}} for measured
+    again, "bar": how much faster than the model's choice another had to run, "challenges": times
+    the runner-up ran again on the job's calls, "switches": times it ran faster and became the
+    pick (its time then in "seconds")}} for measured
     classes of calls in place (apart: of calls whose output is not their input; for the
     segment's ways, of fused batches). Candidates by name: algorithms, or ways."""
     out = {}
@@ -174,7 +176,8 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
             "seconds": {_cand_name(cal, cal.cand[k][i]): cal.seconds[k][cal.cand[k][i]]
                         for i in range(cal.ncand[k]) if cal.seconds[k][cal.cand[k][i]] > 0},
             "calls": {_cand_name(cal, cal.cand[k][i]): cal.ntrial[k][i] for i in range(cal.ncand[k])},
-            "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k], "bar": cal.bar[k]}
+            "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k], "bar": cal.bar[k],
+            "challenges": cal.challenges[k], "switches": cal.switches[k]}
     return out
 
 
@@ -197,7 +200,10 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     if not c.cal.enabled or c.size <= 1:
         return model
     if c.cal.pick[cls] >= 0:
-        return cal_kept(&c.cal, cls)          # confirmed now and then on the job's calls
+        a = cal_kept(&c.cal, cls)       # confirmed (and challenged) now and then on the job's calls
+        if a == ALG_SHM and c.cal.armed and _way_open(c, nbytes, False):
+            c.cal.armed = 0     # this call measures the segment's ways: not shm's own time
+        return a
     if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
         return model
     if c.cal.ncand[cls] == 0:

@@ -29,8 +29,8 @@ cdef struct Calibration:
     bint verbose         # rank 0 prints each class's figures (HVLITE_LOG_LEVEL=debug)
     int nodes            # for the names it prints: shm across nodes is hierarchical over shm
     bint untimed         # this round's ranks arrived out of step (it went through rank 0): no timing
-    double scale         # trials record scale x their time (1; tests disturb trials with more)
-    int scale_only       # ... only the trials of this candidate (-1: of every candidate)
+    double scale         # timed calls record scale x their time (1; tests disturb them)
+    int scale_only       # ... only the calls of this candidate (-1: of every candidate)
     bint warm            # each trial call follows an untimed call of the same candidate
     bint warmed[CAL_SLOTS]                        # the class's last call was that warm-up
     signed char pick[CAL_SLOTS]
@@ -51,8 +51,12 @@ cdef struct Calibration:
     int gap[CAL_SLOTS]                            # calls between windows (doubles when confirmed)
     int redos[CAL_SLOTS]                          # times the class was measured again
     double confirmed[CAL_SLOTS]                   # the pick's last confirmed time; 0: none yet
+    # the runner-up measured again on the job's calls, now and then
+    int challenger[CAL_SLOTS]                     # its index in cand while it runs; -1: none
+    int challenges[CAL_SLOTS]                     # times a runner-up ran
+    int switches[CAL_SLOTS]                       # times one ran faster and became the pick
     int armed            # 1 + the class of the timed call under way; 0: none
-    int armed_k          # its candidate; -1: a confirming call of the pick
+    int armed_k          # its candidate; -1: a confirming call of the pick; -2: a challenger's
     double t0
 
 # Everything cleared: nothing measured (enabled: calibrate at all; verbose: rank 0 prints).
@@ -71,9 +75,11 @@ cdef bint cal_lost(const Calibration* cal, int cls, int algo) noexcept nogil
 # The algorithm for this call of class cls (its trials under way): the next candidate in turn,
 # timed from now.
 cdef int cal_next(Calibration* cal, int cls) noexcept nogil
-# The kept pick of class cls for this call, timed from now when a confirming window is open.
+# The kept pick of class cls for this call, timed from now when a confirming window is open; or
+# the runner-up, while it challenges the pick.
 cdef int cal_kept(Calibration* cal, int cls) noexcept nogil
 # After the call (every rank of comm calls it after every call it resolved, alike): a trial's
 # time is agreed (the slowest rank's) and recorded, and the last trial of a class picks; a
-# full confirming window is agreed and may send the class back to its trials.
+# full confirming window is agreed and may send the class back to its trials or start a
+# challenge; a challenger's calls are agreed and may make it the pick.
 cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil

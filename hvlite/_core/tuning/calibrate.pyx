@@ -41,6 +41,15 @@ so every rank records the same times and picks alike.
   apart). A window whose median departs from the pick's trial time by more than DRIFT either
   way says the trials measured another machine (a busy one, or one busy then) and the class is
   measured again, at most CAL_REDOS times.
+- A window can confirm a pick whose trials were right about it and wrong about the others: on
+  this 2-vCPU machine, in a state where every shared-memory path slows down, shm won its trials
+  at 64 KiB and then ran 1.4x slower than ring for the rest of the launch, at its trial time.
+  So after a confirmed window the runner-up (the fastest other candidate by its last time) runs
+  a warm-up call and CAL_TRIALS timed calls, if what those cost over the pick's calls is within
+  CHALLENGE_COST of the calls since the last window: a runner-up at 1.1x the pick's time after
+  16 calls, at 2x after 256, at 8x after 1024, slower never. If their median beats the pick's
+  window by SWITCH (or the class's bar, if higher) it becomes the pick, and the old pick the
+  runner-up.
 """
 from libc.stdio cimport fprintf, snprintf, stderr
 from mpi4py.libmpi cimport *
@@ -55,6 +64,8 @@ cdef double TIE = 1.05      # within this of the fastest, the model's order deci
 cdef double CUT = 2.0       # slower than this x the fastest in the first pass: dropped
 cdef double DRIFT = 1.5     # a confirming window this far from the trials: measure again
 cdef double NEAR = 1.5      # across nodes: slower than this x the pick a class or two away: not tried
+cdef double SWITCH = 1.1    # a challenger this much faster than the pick's window takes its place
+cdef double CHALLENGE_COST = 0.03   # a challenge's extra time, at most this of the calls since the last
 
 
 cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noexcept nogil:
@@ -73,6 +84,9 @@ cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noex
         cal.trials[i] = 0
         cal.redos[i] = 0
         cal.confirmed[i] = 0
+        cal.challenger[i] = -1
+        cal.challenges[i] = 0
+        cal.switches[i] = 0
         cal.warmed[i] = False
         cal.in_window[i] = 0
         cal.wait[i] = 0
@@ -120,6 +134,7 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
     for a in range(ALG_COUNT):
         cal.seconds[cls][a] = 0
     cal.ncand[cls] = n
+    cal.challenger[cls] = -1
     cal.bar[cls] = TIE
     cal.trials[cls] = 0
     cal.warmed[cls] = False
@@ -146,7 +161,14 @@ cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
 
 
 cdef int cal_kept(Calibration* cal, int cls) noexcept nogil:
+    cdef int k = cal.challenger[cls]
     if cal.ncand[cls] > 1 and not cal.untimed:    # a lone candidate had no trials to confirm
+        if k >= 0:          # a warm-up call, then CAL_TRIALS timed ones (cal_done ends it)
+            if cal.warmed[cls]:
+                cal.armed, cal.armed_k = cls + 1, -2
+                cal.t0 = hv_now()
+            cal.warmed[cls] = True
+            return cal.cand[cls][k]
         if cal.wait[cls] > 0:
             cal.wait[cls] -= 1
         else:
@@ -232,8 +254,6 @@ cdef void _first_passes_done(Calibration* cal, int cls) noexcept nogil:
 cdef int _trial_done(Calibration* cal, int cls, int k, double t, MPI_Comm comm,
                      Scratch* s) noexcept nogil:
     cdef int err, i, more = 0
-    if cal.scale_only < 0 or cal.cand[cls][k] == cal.scale_only:
-        t *= cal.scale
     err = rd_allreduce(<char*>&t, 1, DT_FLOAT64, OP_MAX, comm, s)
     if err:
         return err
@@ -276,22 +296,76 @@ cdef int _window_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) noex
         cal.pick[cls] = -1
         cal.ncand[cls] = 0      # dispatch begins the trials again
         return 0
+    _challenge(cal, cls)
     cal.gap[cls] = cal.gap[cls] * 2 if cal.gap[cls] * 2 < CAL_GAP_MAX else CAL_GAP_MAX
     cal.wait[cls] = cal.gap[cls]
     return 0
 
 
+cdef void _challenge(Calibration* cal, int cls) noexcept nogil:
+    """The runner-up (the fastest other candidate by its last measured time) runs next if its
+    calls, at that time, cost at most CHALLENGE_COST of the calls since the last window more
+    than the pick's would."""
+    cdef int i, k = -1
+    cdef double t, best = 0
+    for i in range(cal.ncand[cls]):
+        t = cal.seconds[cls][cal.cand[cls][i]]
+        if cal.cand[cls][i] != cal.pick[cls] and t > 0 and (k < 0 or t < best):
+            k, best = i, t
+    if k >= 0 and (CAL_TRIALS + 1) * (best - cal.confirmed[cls]) <= (
+            CHALLENGE_COST * cal.gap[cls] * cal.confirmed[cls]):
+        cal.challenger[cls] = k
+        cal.warmed[cls] = False
+
+
+cdef int _challenge_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) noexcept nogil:
+    cdef int err, k = cal.challenger[cls], old = cal.pick[cls]
+    cdef double got, held = cal.confirmed[cls]
+    cdef double bar = cal.bar[cls] if cal.bar[cls] > SWITCH else SWITCH
+    cal.in_window[cls] = 0          # first: a failed agreement must leave no challenge open
+    cal.challenger[cls] = -1
+    cal.warmed[cls] = False
+    err = rd_allreduce(<char*>cal.window[cls], CAL_TRIALS, DT_FLOAT64, OP_MAX, comm, s)
+    if err:
+        return err
+    got = _median3(cal.window[cls])
+    cal.challenges[cls] += 1
+    cal.seconds[cls][cal.cand[cls][k]] = got
+    if got * bar >= held:
+        return 0
+    if cal.verbose and comm_rank(comm) == 0:
+        fprintf(stderr, b"hvlite: %s at %.0f bytes%s: %s ran %.1f us in the job's calls, its pick "
+                b"%s %.1f us: %s from now\n", cal.who, cal.at_bytes[cls],
+                cal.apart_text if cls >= CAL_CLASSES else <const char*>b"",
+                cal.names[cal.cand[cls][k]], got * 1e6, cal.names[old], held * 1e6,
+                cal.names[cal.cand[cls][k]])
+    cal.seconds[cls][old] = held
+    cal.pick[cls] = <signed char>cal.cand[cls][k]
+    cal.switches[cls] += 1
+    cal.confirmed[cls] = 0
+    cal.in_window[cls] = 0
+    cal.wait[cls] = 0              # the new pick's first window opens at once
+    cal.gap[cls] = CAL_WINDOW
+    return 0
+
+
 cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil:
-    cdef int cls = cal.armed - 1, k = cal.armed_k
+    cdef int cls = cal.armed - 1, k = cal.armed_k, ran
     cdef double t
     if cal.armed == 0:
         return 0
     t = hv_now() - cal.t0
     cal.armed = 0
+    ran = cal.cand[cls][k] if k >= 0 else (
+        cal.cand[cls][cal.challenger[cls]] if k == -2 else cal.pick[cls])
+    if cal.scale_only < 0 or ran == cal.scale_only:
+        t *= cal.scale
     if k >= 0:
         return _trial_done(cal, cls, k, t, comm, s)
     cal.window[cls][cal.in_window[cls]] = t
     cal.in_window[cls] += 1
+    if k == -2:
+        return _challenge_done(cal, cls, comm, s) if cal.in_window[cls] == CAL_TRIALS else 0
     if cal.in_window[cls] < CAL_WINDOW:
         return 0
     return _window_done(cal, cls, comm, s)
