@@ -206,6 +206,36 @@ def test_join_with_uneven_steps():
     assert_everywhere([] if np.all(hvd.allreduce(np.ones(2), op=hvd.Sum) == N) else ["after join"])
 
 
+def test_unnamed_calls_out_of_step_with_a_joined_rank_fail_at_once():
+    """Horovod's test_horovod_join_allgather: each rank in turn joins while the others make an
+    unnamed allgather, which must fail naming it. From the second turn the joiners' automatic
+    names are out of step (whoever joined before made one allgather fewer): each fails at once
+    all the same, and join still returns a rank that is not the one that joined first."""
+    if N < 2:
+        pytest.skip("needs a rank to join")
+    failures = []
+    for first in range(N):
+        t0 = time.monotonic()
+        if RANK != first:
+            try:
+                hvd.allgather(np.ones((2, 3), np.float32))
+                failures.append(f"turn {first}: the allgather ran")
+            except hvd.MismatchError as e:
+                if f"(rank {first} joined)" not in str(e) and "joined)" not in str(e):
+                    failures.append(f"turn {first}: {e}")
+        last = hvd.join()
+        if last == first and N > 1 or last not in range(N):
+            failures.append(f"turn {first}: join returned {last}")
+        if time.monotonic() - t0 > 30:
+            failures.append(f"turn {first} took {time.monotonic() - t0:.0f} s")
+        if len(set(MPI.COMM_WORLD.allgather(last))) != 1:
+            failures.append(f"turn {first}: join returned different ranks")
+    assert_everywhere(failures)
+    # every rank made N - 1 unnamed allgathers: in step again
+    got = hvd.allgather(np.full((1, 2), RANK, np.float32))
+    assert_everywhere([] if np.array_equal(got[:, 0], np.arange(N)) else [f"after: {got}"])
+
+
 def test_only_allreduce_runs_while_a_rank_has_joined():
     """With the last rank joined, the others' allgather, broadcast, alltoall and reducescatter fail
     at once naming it (also when the name is in the response cache); then everyone joins."""

@@ -155,6 +155,32 @@ def test_only_allreduce_runs_with_a_joined_rank(n, coll):
     assert a["status"] == OK and a["value"] == n - 2
 
 
+@pytest.mark.parametrize("coll", ["allgather", "broadcast", "alltoall", "reducescatter"])
+def test_a_refused_collective_fails_without_waiting_for_the_other_ranks(coll):
+    """Horovod's test_horovod_join_allgather at 3 ranks: the rank that joins first makes no
+    allgather, so its automatic names fall one behind, and the next round's unnamed allgathers
+    of the other two ranks carry different names. Each fails on its own, at once, naming the
+    joined rank, instead of waiting for a rank that will submit it under another name (it hung);
+    a rank that submits such a name later, while the join lasts, fails the same way. An
+    all-reduce still waits for every rank that has not joined."""
+    ctl = Controller(3)
+    payloads = [sub(("g.0", meta(coll, shape=(3, 2)))), sub(("join", meta("join", shape=()))),
+                sub(("g.1", meta(coll, shape=(3, 2))), ("r", meta()))]
+    resp = respond(ctl, payloads)
+    for name in ("g.0", "g.1"):
+        a = answer(resp, name)
+        assert a["status"] == ERROR and "(rank 1 joined)" in a["message"], a
+    assert "r" not in names(resp)          # rank 0 has not submitted it: it waits
+    resp = respond(ctl, [sub(("g.1", meta(coll, shape=(3, 2))), ("r", meta())), b"", b""])
+    a = answer(resp, "g.1")
+    assert a["status"] == ERROR and "(rank 1 joined)" in a["message"], a
+    assert answer(resp, "r")["status"] == OK
+    payloads = [sub(("join", meta("join", shape=())))] * 3
+    payloads[1] = b""
+    a = answer(respond(ctl, payloads), "join")
+    assert a["status"] == OK and a["value"] in (0, 2)
+
+
 def test_the_error_names_every_joined_rank():
     ctl = Controller(4)
     payloads = [sub(("join", meta("join", shape=())))] * 4

@@ -102,21 +102,29 @@ cdef bint _before(const Ready& a, const Ready& b) noexcept nogil:
 
 cdef vector[Ready] _ready(Table* t, int n) noexcept nogil:
     """Names every rank has submitted (a joined rank counts, except for join itself), in
-    first-submitted order: the order every rank executes them in."""
+    first-submitted order: the order every rank executes them in. A collective that cannot run
+    with joined ranks (_joined_conflict) is ready, to fail, as soon as one is missing from it:
+    a joined rank submits nothing until join completes, and waiting for the other ranks too
+    could wait for ever where their automatic names went out of step (a rank that joined
+    while the others made an unnamed allgather counts one allgather fewer: Horovod's
+    test_horovod_join_allgather hung at 3 ranks)."""
     cdef vector[Ready] ready
     cdef Ready item
     cdef Entry* e
-    cdef bint ok
-    cdef int r
+    cdef bint ok, refused
+    cdef int r, coll
     ti = t.entries.begin()
     while ti != t.entries.end():
         e = &deref(ti).second
-        ok = True
+        ok, refused = True, False
+        coll = first_meta(e, n).collective
         for r in range(n):
-            if not e.have[r] and (not t.joined[r] or first_meta(e, n).collective == C_JOIN):
-                ok = False
-                break
-        if ok:
+            if not e.have[r]:
+                if not t.joined[r] or coll == C_JOIN:
+                    ok = False
+                elif coll != C_ALLREDUCE and coll != C_BARRIER:
+                    refused = True
+        if ok or refused:
             item.order = e.order
             item.name = &deref(ti).first
             ready.push_back(item)
