@@ -162,7 +162,7 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
     trial calls}, "confirmed": the pick's last confirmed s or None, "redos": times measured
     again, "bar": how much faster than the model's choice another had to run, "challenges": times
     the runner-up ran again on the job's calls, "switches": times it ran faster and became the
-    pick (its time then in "seconds")}} for measured
+    pick (its time then in "seconds"), "challenging": the runner-up running now or None}} for measured
     classes of calls in place (apart: of calls whose output is not their input; for the
     segment's ways, of fused batches). Candidates by name: algorithms, or ways."""
     out = {}
@@ -177,7 +177,9 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
                         for i in range(cal.ncand[k]) if cal.seconds[k][cal.cand[k][i]] > 0},
             "calls": {_cand_name(cal, cal.cand[k][i]): cal.ntrial[k][i] for i in range(cal.ncand[k])},
             "confirmed": cal.confirmed[k] or None, "redos": cal.redos[k], "bar": cal.bar[k],
-            "challenges": cal.challenges[k], "switches": cal.switches[k]}
+            "challenges": cal.challenges[k], "switches": cal.switches[k],
+            "challenging": (_cand_name(cal, cal.cand[k][cal.challenger[k]])
+                            if cal.challenger[k] >= 0 else None)}
     return out
 
 
@@ -201,7 +203,7 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
         return model
     if c.cal.pick[cls] >= 0:
         a = cal_kept(&c.cal, cls)       # confirmed (and challenged) now and then on the job's calls
-        if a == ALG_SHM and c.cal.armed and _way_open(c, nbytes, False):
+        if a == ALG_SHM and c.cal.armed and _way_unsettled(c, nbytes):
             c.cal.armed = 0     # this call measures the segment's ways: not shm's own time
         return a
     if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
@@ -252,15 +254,17 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
         if lone:    # the model was sure: a challenger must win clearly, not by a trial's noise
             c.cal.bar[cls] = LONE_BAR
     a = cal_next(&c.cal, cls)
-    if a == ALG_SHM and _way_open(c, nbytes, False):
+    if a == ALG_SHM and _way_unsettled(c, nbytes):
         c.cal.armed = 0     # this call measures the segment's ways; shm's own trials come after
     return a
 
 
-cdef bint _way_open(Context* c, size_t nbytes, bint fused) noexcept nogil:
-    """Whether the segment's way for such a batch is still being measured."""
+cdef bint _way_unsettled(Context* c, size_t nbytes) noexcept nogil:
+    """Whether the segment's way for such a single buffer is being measured or challenged:
+    then a call of shm times the ways, not shm."""
+    cdef int cls = size_class(nbytes, False)
     return (c.direct_ok and c.ways.enabled and direct_worth(&c.shm, nbytes)
-            and c.ways.pick[size_class(nbytes, fused)] < 0)
+            and (c.ways.pick[cls] < 0 or c.ways.challenger[cls] >= 0))
 
 
 cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:

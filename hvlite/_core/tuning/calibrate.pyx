@@ -162,6 +162,8 @@ cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
 
 cdef int cal_kept(Calibration* cal, int cls) noexcept nogil:
     cdef int k = cal.challenger[cls]
+    if k >= 0 and cal.untimed:      # the pick runs: the challenger warms up again after it
+        cal.warmed[cls] = False
     if cal.ncand[cls] > 1 and not cal.untimed:    # a lone candidate had no trials to confirm
         if k >= 0:          # a warm-up call, then CAL_TRIALS timed ones (cal_done ends it)
             if cal.warmed[cls]:
@@ -328,7 +330,7 @@ cdef int _challenge_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) n
     err = rd_allreduce(<char*>cal.window[cls], CAL_TRIALS, DT_FLOAT64, OP_MAX, comm, s)
     if err:
         return err
-    got = _median3(cal.window[cls])
+    got = _median(cal.window[cls], CAL_TRIALS)
     cal.challenges[cls] += 1
     cal.seconds[cls][cal.cand[cls][k]] = got
     if got * bar >= held:
