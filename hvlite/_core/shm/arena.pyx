@@ -11,7 +11,8 @@ written; blocks are whole pages, reused by size (a training step asks for the sa
 time). A block carved from pages never used is populated when it is taken: the collective would
 otherwise fault its pages in while it runs, ~4 us a page here (a 1 MiB output's first two
 calls took 1.1-1.2 ms against 0.12 later), inside the calls auto times to choose an algorithm
-(ring and rhd, tried first at 1 MiB out of place, lost their trials to that and were dropped). `take` is called with the GIL (OutputPool); a block goes back when its last array does.
+(ring and rhd, tried first at 1 MiB out of place, lost their trials to that and were dropped).
+`take` is called with the GIL (OutputPool); a block goes back when its last array does.
 A forked child shares the arena's pages with its parent (it is MAP_SHARED): results it writes
 into are seen by the parent.
 """
@@ -66,11 +67,8 @@ cdef class Arena:
         elif self.top + size <= self.cap:
             off = self.top
             self.top += size
-            if size < (1 << 20):
+            with nogil:     # ~4 us a page (once per block): other threads run meanwhile
                 _populate(self.base + off, size)
-            else:
-                with nogil:     # ~4 us a page: other threads run meanwhile
-                    _populate(self.base + off, size)
         else:
             return None
         cdef Block b = Block.__new__(Block)

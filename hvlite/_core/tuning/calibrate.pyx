@@ -345,7 +345,6 @@ cdef int _challenge_done(Calibration* cal, int cls, MPI_Comm comm, Scratch* s) n
     cal.pick[cls] = <signed char>cal.cand[cls][k]
     cal.switches[cls] += 1
     cal.confirmed[cls] = 0
-    cal.in_window[cls] = 0
     cal.wait[cls] = 0              # the new pick's first window opens at once
     cal.gap[cls] = CAL_WINDOW
     return 0
