@@ -162,6 +162,20 @@ def _coordinator():
     return hvd._current().global_state.coordinator
 
 
+def _quiet(c):
+    """Collective: wait until nothing this rank submitted is in flight (an earlier test's
+    refused call sends a poisoned request that completes in a later round of its own), then an
+    MPI barrier: from here no rank runs a round until someone calls."""
+    import time
+    from mpi4py import MPI
+    deadline = time.monotonic() + 60
+    while c.in_flight():
+        if time.monotonic() > deadline:
+            pytest.fail(f"rank {RANK}: earlier requests still in flight after 60 s")
+        time.sleep(0.005)
+    MPI.COMM_WORLD.Barrier()
+
+
 def test_a_call_its_first_round_does_not_complete():
     """A synchronous call runs its first round on the caller's thread (Coordinator.run_now).
     When the last rank comes late, the others' first round ends without it (the late rank's
@@ -172,6 +186,7 @@ def test_a_call_its_first_round_does_not_complete():
         pytest.skip("needs a peer that is elsewhere")
     import time
     c = _coordinator()
+    _quiet(c)
     rounds = c.rounds
     a = np.full(5, RANK + 1.0, np.float32)
     failures = []
