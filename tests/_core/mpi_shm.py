@@ -263,6 +263,12 @@ def test_direct_reads_give_every_rank_the_same_bits():
     tiny = np.concatenate(tinies)
     outplace = hvd.allreduce(big[RANK], op=hvd.Sum, name="d.big.out",
                              algorithm="shm" if ENABLED else None)
+    # out of place, each rank's inputs and the first peer's reduced into its outputs in one
+    # pass: another op, and Average's divide on the outputs
+    outmax = hvd.allreduce(big[RANK], op=hvd.Max, name="d.big.max",
+                           algorithm="shm" if ENABLED else None)
+    outavg = hvd.allreduce(big[RANK], op=hvd.Average, name="d.big.avg",
+                           algorithm="shm" if ENABLED else None)
     # Past SHM_STREAM_MIN (8 MiB) new outputs are written past the cache; from a name's second call
     # on they lie in the pool's arena, which the peers write into themselves.
     huge = rng.standard_normal((N, (9 << 20) // 4 + 3)).astype(np.float32)
@@ -283,6 +289,8 @@ def test_direct_reads_give_every_rank_the_same_bits():
     failures = []
     for what, got, want in (("tiny", tiny, base.sum(0)), ("in place", inplace, big.sum(0)),
                             ("out of place", outplace, big.sum(0)),
+                            ("out of place, Max", outmax, big.max(0)),
+                            ("out of place, Average", outavg, big.sum(0) / N),
                             ("mixed batch", np.concatenate(mixed), big.sum(0)),
                             ("streamed", streamed, huge.sum(0) / N)):
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):

@@ -6,7 +6,7 @@ import pytest
 
 import minmax_rule
 from hvlite._core.dtypes import NAMES, code_of, size_of, supported_names
-from hvlite._core.kernels.reduce import divide_array, reduce_arrays
+from hvlite._core.kernels.reduce import divide_array, reduce_arrays, reduce_arrays_to
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -31,6 +31,27 @@ def test_kernel_matches_numpy_bitwise(dtype, op):
     with np.errstate(over="ignore"):
         reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(dtype), op)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("n", [1, 15, 17, 1037, 5003])
+def test_out_of_place_kernel_matches_numpy_bitwise(dtype, op, n):
+    """dst = a (op) b in one pass (float Sum's vector loop, its tails) or chunk by chunk (the
+    rest, across several 4 KiB chunks): NumPy's bits, the inputs untouched; with dst the first
+    operand itself it is the in-place kernel."""
+    a, b = sample(dtype, n, seed=1), sample(dtype, n, seed=2)
+    a0, b0 = a.copy(), b.copy()
+    with np.errstate(over="ignore"):
+        want = OPS[op](a, b).astype(dtype)
+    got = np.full_like(a, 7)
+    with np.errstate(over="ignore"):
+        reduce_arrays_to(got.view(np.uint8), a.view(np.uint8), b.view(np.uint8), code_of(dtype), op)
+    assert got.tobytes() == want.tobytes()
+    assert a.tobytes() == a0.tobytes() and b.tobytes() == b0.tobytes()
+    with np.errstate(over="ignore"):
+        reduce_arrays_to(a.view(np.uint8), a.view(np.uint8), b.view(np.uint8), code_of(dtype), op)
+    assert a.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)

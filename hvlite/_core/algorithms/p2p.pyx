@@ -6,10 +6,9 @@ Messages never exceed INT_MAX bytes: large transfers go in pieces that both side
 Every wait goes through liveness.wait_all, so a peer lost mid-transfer ends it with HV_ERR_LOST.
 """
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport reduce_into
+from hvlite._core.kernels.reduce cimport reduce_into, reduce_to
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.codes cimport nomem
 
@@ -80,9 +79,9 @@ cdef int sendrecv_reduce(const char* sbuf, size_t scount, int dest,
 cdef int sendrecv_reduce_from(const char* sbuf, size_t scount, int dest, const char* init,
                               char* acc, size_t rcount, int src,
                               int dtype, int op, MPI_Comm comm, Scratch* s) noexcept nogil:
-    """sendrecv_reduce, with acc first taking init's elements segment by segment, just before
-    each is reduced (init NULL: acc holds them already). An out-of-place all-reduce saves its
-    copy of the whole input this way: each segment is copied while it is hot."""
+    """sendrecv_reduce, with acc taking init (op) the received elements segment by segment
+    (init NULL: acc holds its operand already). An out-of-place all-reduce saves its copy of the
+    whole input this way: each segment's result is written in one pass (reduce_to)."""
     cdef size_t es = dtype_size(dtype)
     cdef size_t seg = s.seg_bytes // es
     if seg == 0:
@@ -129,8 +128,9 @@ cdef int sendrecv_reduce_from(const char* sbuf, size_t scount, int dest, const c
         off = j * seg
         n = rcount - off if rcount - off < seg else seg
         if init != NULL:
-            memcpy(acc + off * es, init + off * es, n * es)
-        reduce_into(acc + off * es, s.buf + (j % 2) * s.seg_bytes, n, dtype, op)
+            reduce_to(acc + off * es, init + off * es, s.buf + (j % 2) * s.seg_bytes, n, dtype, op)
+        else:
+            reduce_into(acc + off * es, s.buf + (j % 2) * s.seg_bytes, n, dtype, op)
     if nsend:
         err2 = wait_all(<int>nsend, sreq, False)
         if not err:

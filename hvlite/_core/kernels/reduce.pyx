@@ -35,6 +35,8 @@ cdef extern from "kernels/minmax.h" nogil:
 cdef extern from "kernels/arith.h" nogil:
     size_t hv_add_f32(float* a, const float* b, size_t n)
     size_t hv_add_f64(double* a, const double* b, size_t n)
+    size_t hv_add3_f32(float* dst, const float* a, const float* b, size_t n)
+    size_t hv_add3_f64(double* dst, const double* a, const double* b, size_t n)
     size_t hv_scale_f32(float* dst, const float* src, size_t n, float r)
     size_t hv_scale_f64(double* dst, const double* src, size_t n, double r)
 
@@ -135,6 +137,42 @@ cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) n
         _native(<uint64_t*>acc, <const uint64_t*>src, n, op)
 
 
+cdef enum:
+    REDUCE_TO_CHUNK = 4096      # bytes copied then reduced at a time: the copy is still in L1
+
+
+cdef void reduce_to(void* dst, const void* a, const void* b, size_t n, int dtype, int op) noexcept nogil:
+    cdef size_t i, start = 0, es, step, k
+    cdef float* f
+    cdef const float* fa
+    cdef const float* fb
+    cdef double* d
+    cdef const double* da
+    cdef const double* db
+    if dst == a:
+        reduce_into(dst, b, n, dtype, op)
+        return
+    if op == OP_SUM and dtype == DT_FLOAT32:
+        f, fa, fb = <float*>dst, <const float*>a, <const float*>b
+        start = hv_add3_f32(f, fa, fb, n)
+        for i in range(start, n):
+            f[i] = fa[i] + fb[i]
+        return
+    if op == OP_SUM and dtype == DT_FLOAT64:
+        d, da, db = <double*>dst, <const double*>a, <const double*>b
+        start = hv_add3_f64(d, da, db, n)
+        for i in range(start, n):
+            d[i] = da[i] + db[i]
+        return
+    es = dtype_size(dtype)
+    step = REDUCE_TO_CHUNK // es
+    while start < n:
+        k = n - start if n - start < step else step
+        memcpy(<char*>dst + start * es, <const char*>a + start * es, k * es)
+        reduce_into(<char*>dst + start * es, <const char*>b + start * es, k, dtype, op)
+        start += k
+
+
 cdef inline bint _multiplies(num_t* a, long d) noexcept nogil:
     """Float division by a power of two: 1/d is exact, so x * (1/d) and x / d are the same real
     number and round alike (subnormals, infinities and NaNs included): the quotient's bits at a
@@ -225,6 +263,18 @@ def reduce_arrays(acc, src, int dtype, int op):
     cdef size_t n = a.shape[0] // dtype_size(dtype)
     if n:
         reduce_into(&a[0], &s[0], n, dtype, op)
+
+
+def reduce_arrays_to(dst, a, b, int dtype, int op):
+    """Test hook: dst = a (op) b elementwise on three same-sized buffers (dst apart from b)."""
+    cdef unsigned char[::1] o = memoryview(dst).cast("B")
+    cdef const unsigned char[::1] x = memoryview(a).cast("B")
+    cdef const unsigned char[::1] y = memoryview(b).cast("B")
+    if not (o.shape[0] == x.shape[0] == y.shape[0]):
+        raise ValueError("buffers differ in size")
+    cdef size_t n = o.shape[0] // dtype_size(dtype)
+    if n:
+        reduce_to(&o[0], &x[0], &y[0], n, dtype, op)
 
 
 def divide_array(buf, int dtype, long divisor, src=None):

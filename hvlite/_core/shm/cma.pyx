@@ -31,7 +31,7 @@ from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport divide_by, reduce_into
+from hvlite._core.kernels.reduce cimport divide_by, reduce_into, reduce_to
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
 from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
                                shm_slice_start, shm_gather, shm_scatter, SHM_STREAM_MIN)
@@ -239,15 +239,20 @@ cdef bint _own_inplace(const int64_t* w, size_t np, size_t a, size_t b) noexcept
 
 
 cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, const char* src,
-                           size_t es, int dtype, int op) noexcept nogil:
-    """This rank's in-place buffers for [a, b) op= src (the peer's elements, contiguous)."""
-    cdef size_t i = _find(w, np, a), stop, take
+                           size_t es, int dtype, int op, bint first) noexcept nogil:
+    """This rank's outputs for [a, b) op= src (the peer's elements, contiguous); `first`: the
+    outputs take this rank's inputs (op) src instead, in one pass (the same buffer in place)."""
+    cdef size_t i = _find(w, np, a), stop, take, at
     while a < b and i < np:
         stop = <size_t>(w[i * PER] + w[i * PER + 1])
         take = (stop if stop < b else b) - a
         if take:
-            reduce_into(<char*>(<uint64_t>w[i * PER + 3]) + (a - <size_t>w[i * PER]) * es,
-                        src, take, dtype, op)
+            at = (a - <size_t>w[i * PER]) * es
+            if first:
+                reduce_to(<char*>(<uint64_t>w[i * PER + 3]) + at,
+                          <const char*>(<uint64_t>w[i * PER + 2]) + at, src, take, dtype, op)
+            else:
+                reduce_into(<char*>(<uint64_t>w[i * PER + 3]) + at, src, take, dtype, op)
             src += take * es
             a += take
         i += 1
@@ -289,7 +294,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* acc
     cdef char* tmp
     cdef uint64_t ok
-    cdef bint stream = count * es >= SHM_STREAM_MIN
+    cdef bint stream = count * es >= SHM_STREAM_MIN, first
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -329,15 +334,19 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     at = lo
     while err == 0 and at < hi:
         n = hi - at if hi - at < step else step
-        if (a.L == 2 or a.me == 0) and _own_inplace(tables[a.me].w, np, at, at + n):
-            # reduce straight into this rank's own buffers: with two ranks x1 op x0 is x0 op x1
-            # bit for bit (every op here commutes), and rank 0's partial sums are in order;
-            # then out of them into every peer's outputs
+        if (a.L == 2 or a.me == 0) and (not stream or _own_inplace(tables[a.me].w, np, at, at + n)):
+            # reduce straight into this rank's own outputs (out of place, its inputs op the
+            # first peer's in one pass): with two ranks x1 op x0 is x0 op x1 bit for bit (every
+            # op here commutes), and rank 0's partial sums are in order; then out of them into
+            # every peer's outputs. Out of place from SHM_STREAM_MIN the outputs are written
+            # past the cache instead, through acc.
+            first = True
             for r in range(a.L):
                 if r != a.me and err == 0:
                     err = _peer_inputs(&tables[r], at, at + n, es, tmp, loc, rem)
                     if err == 0:
-                        _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op)
+                        _reduce_into_own(tables[a.me].w, np, at, at + n, tmp, es, dtype, op, first)
+                        first = False
             if divisor > 1 and err == 0:
                 _divide_own(tables[a.me].w, np, at, at + n, es, dtype, divisor)
             for r in range(a.L):        # the result, still in the cache, to every peer
