@@ -16,22 +16,10 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* One loop per (op, type): two vectors a turn, then one, then the caller's scalar tail. Each
- * turn loads before it stores, so hv_scale may run in place. */
-#define HV_ADD_LOOP(FN, T, V, LANES, LOAD, STORE, ADD) \
-__attribute__((target("avx"))) \
-static size_t FN(T* __restrict a, const T* __restrict b, size_t n) { \
-    size_t i = 0; \
-    for (; i + 2 * LANES <= n; i += 2 * LANES) { \
-        V x = ADD(LOAD(a + i), LOAD(b + i)), y = ADD(LOAD(a + i + LANES), LOAD(b + i + LANES)); \
-        STORE(a + i, x); \
-        STORE(a + i + LANES, y); \
-    } \
-    for (; i + LANES <= n; i += LANES) STORE(a + i, ADD(LOAD(a + i), LOAD(b + i))); \
-    return i; \
-}
+ * turn loads before it stores, so each may run in place (hv_add is hv_add3 with dst = a). */
 #define HV_ADD3_LOOP(FN, T, V, LANES, LOAD, STORE, ADD) \
 __attribute__((target("avx"))) \
-static size_t FN(T* __restrict dst, const T* __restrict a, const T* __restrict b, size_t n) { \
+static size_t FN(T* dst, const T* a, const T* b, size_t n) { \
     size_t i = 0; \
     for (; i + 2 * LANES <= n; i += 2 * LANES) { \
         V x = ADD(LOAD(a + i), LOAD(b + i)), y = ADD(LOAD(a + i + LANES), LOAD(b + i + LANES)); \
@@ -54,8 +42,6 @@ static size_t FN(T* dst, const T* src, size_t n, T r) { \
     for (; i + LANES <= n; i += LANES) STORE(dst + i, MUL(LOAD(src + i), v)); \
     return i; \
 }
-HV_ADD_LOOP(hv_add_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps)
-HV_ADD_LOOP(hv_add_f64_avx, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd)
 HV_ADD3_LOOP(hv_add3_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps)
 HV_ADD3_LOOP(hv_add3_f64_avx, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd)
 HV_SCALE_LOOP(hv_scale_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps,
@@ -63,10 +49,10 @@ HV_SCALE_LOOP(hv_scale_f32_avx, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu
 HV_SCALE_LOOP(hv_scale_f64_avx, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_mul_pd,
               _mm256_set1_pd)
 static inline size_t hv_add_f32(float* a, const float* b, size_t n) {
-    return hv_cpu_avx() ? hv_add_f32_avx(a, b, n) : 0;
+    return hv_cpu_avx() ? hv_add3_f32_avx(a, a, b, n) : 0;
 }
 static inline size_t hv_add_f64(double* a, const double* b, size_t n) {
-    return hv_cpu_avx() ? hv_add_f64_avx(a, b, n) : 0;
+    return hv_cpu_avx() ? hv_add3_f64_avx(a, a, b, n) : 0;
 }
 static inline size_t hv_add3_f32(float* dst, const float* a, const float* b, size_t n) {
     return hv_cpu_avx() ? hv_add3_f32_avx(dst, a, b, n) : 0;

@@ -141,36 +141,32 @@ cdef enum:
     REDUCE_TO_CHUNK = 4096      # bytes copied then reduced at a time: the copy is still in L1
 
 
+cdef inline void _add3(num_t* dst, const num_t* a, const num_t* b, size_t n) noexcept nogil:
+    cdef size_t i, start = 0
+    if num_t is float:
+        start = hv_add3_f32(dst, a, b, n)
+    elif num_t is double:
+        start = hv_add3_f64(dst, a, b, n)
+    for i in range(start, n):
+        dst[i] = a[i] + b[i]
+
+
 cdef void reduce_to(void* dst, const void* a, const void* b, size_t n, int dtype, int op) noexcept nogil:
-    cdef size_t i, start = 0, es, step, k
-    cdef float* f
-    cdef const float* fa
-    cdef const float* fb
-    cdef double* d
-    cdef const double* da
-    cdef const double* db
+    cdef size_t start = 0, es, step, k
     if dst == a:
         reduce_into(dst, b, n, dtype, op)
-        return
-    if op == OP_SUM and dtype == DT_FLOAT32:
-        f, fa, fb = <float*>dst, <const float*>a, <const float*>b
-        start = hv_add3_f32(f, fa, fb, n)
-        for i in range(start, n):
-            f[i] = fa[i] + fb[i]
-        return
-    if op == OP_SUM and dtype == DT_FLOAT64:
-        d, da, db = <double*>dst, <const double*>a, <const double*>b
-        start = hv_add3_f64(d, da, db, n)
-        for i in range(start, n):
-            d[i] = da[i] + db[i]
-        return
-    es = dtype_size(dtype)
-    step = REDUCE_TO_CHUNK // es
-    while start < n:
-        k = n - start if n - start < step else step
-        memcpy(<char*>dst + start * es, <const char*>a + start * es, k * es)
-        reduce_into(<char*>dst + start * es, <const char*>b + start * es, k, dtype, op)
-        start += k
+    elif op == OP_SUM and dtype == DT_FLOAT32:
+        _add3(<float*>dst, <const float*>a, <const float*>b, n)
+    elif op == OP_SUM and dtype == DT_FLOAT64:
+        _add3(<double*>dst, <const double*>a, <const double*>b, n)
+    else:
+        es = dtype_size(dtype)
+        step = REDUCE_TO_CHUNK // es
+        while start < n:
+            k = n - start if n - start < step else step
+            memcpy(<char*>dst + start * es, <const char*>a + start * es, k * es)
+            reduce_into(<char*>dst + start * es, <const char*>b + start * es, k, dtype, op)
+            start += k
 
 
 cdef inline bint _multiplies(num_t* a, long d) noexcept nogil:
