@@ -260,8 +260,8 @@ cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, cons
 
 cdef void _divide_own(const int64_t* w, size_t np, size_t a, size_t b, size_t es, int dtype,
                       long divisor) noexcept nogil:
-    """This rank's in-place buffers for [a, b) divided by `divisor` (Average's last pass, while
-    the chunk is still in the cache)."""
+    """This rank's outputs for [a, b) divided by `divisor` (Average's last pass, while the
+    chunk is still in the cache)."""
     cdef size_t i = _find(w, np, a), stop, take
     while a < b and i < np:
         stop = <size_t>(w[i * PER] + w[i * PER + 1])
@@ -334,7 +334,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     at = lo
     while err == 0 and at < hi:
         n = hi - at if hi - at < step else step
-        if (a.L == 2 or a.me == 0) and (not stream or _own_inplace(tables[a.me].w, np, at, at + n)):
+        if ((a.L == 2 or (a.L > 2 and a.me == 0))     # (one rank alone: its outputs need its inputs)
+                and (not stream or _own_inplace(tables[a.me].w, np, at, at + n))):
             # reduce straight into this rank's own outputs (out of place, its inputs op the
             # first peer's in one pass): with two ranks x1 op x0 is x0 op x1 bit for bit (every
             # op here commutes), and rank 0's partial sums are in order; then out of them into
