@@ -249,12 +249,15 @@ def test_a_runner_up_faster_in_the_jobs_calls_takes_over():
     failures = []
     for nbytes, factor in ((200 << 10, 0.05), (40 << 10, 20.0)):   # classes no other test uses
         name, cls = f"cal.challenge.{nbytes}", 1 << (nbytes.bit_length() - 1)
-        for _ in range(3):          # again where the class was measured again meanwhile
+        # again where the class was measured again meanwhile (an oversubscribed window drifted
+        # from its trials). A class is measured again at most CAL_REDOS (3) times, so a try
+        # after those runs to its end: five tries always leave one.
+        for _ in range(5):
             moved, entry, now, runs, rival = challenge(nbytes, name, cls, factor)
             if not moved:
                 break
         if moved:
-            failures.append(f"{nbytes} B: measured again in each of three tries: {now}")
+            failures.append(f"{nbytes} B: measured again in each of five tries: {now}")
             continue
         if rival is None:
             failures.append(f"{nbytes} B: one node, yet no runner-up to challenge: {entry}")
