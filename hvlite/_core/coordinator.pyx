@@ -96,7 +96,10 @@ cdef class Coordinator:
     cdef bint kick                # a peer waits in a round this rank has not joined
     cdef bint finished            # the last round has run: the thread exits
     cdef string failure           # why this rank failed alone in a round (watch_fail_all told)
-    cdef int64_t turns            # (dmon) times the round lock was let go, for threads waiting on it
+    # times the round lock was let go (atomic), and threads waiting for their turn at it (atomic,
+    # changed under dmon): a release that finds none waiting takes no lock
+    cdef int turns
+    cdef int turn_waiters
     # round state (the holder of rmon: the coordinator thread, or a synchronous caller)
     cdef unordered_map[string, Request*] pending
     cdef vector[int] invalid_slots
@@ -660,9 +663,10 @@ cdef class Coordinator:
             hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
             return 1
-        hv_lock(&self.qmon)
-        self.busy = not self.pending.empty()
-        hv_unlock(&self.qmon)
+        if self.busy != (not self.pending.empty()):     # written only here and above (rmon held)
+            hv_lock(&self.qmon)
+            self.busy = not self.pending.empty()
+            hv_unlock(&self.qmon)
         return 0
 
     cdef void _drive(self, Request* req, double until) noexcept nogil:
@@ -677,7 +681,7 @@ cdef class Coordinator:
         least), so that the caller can run Python's signal handlers (a wait stays interruptible)."""
         cdef Watch* saved
         cdef bint go, kick = False, last = False, first = True
-        cdef int64_t turn
+        cdef int turn
         # the first turn without a look at the clock: `until` is a slice away
         while hv_load(&req.status) == ST_PENDING and not last and (first or hv_now() < until):
             first = False
@@ -686,9 +690,7 @@ cdef class Coordinator:
             hv_unlock(&self.qmon)
             if not go:
                 break
-            hv_lock(&self.dmon)
-            turn = self.turns
-            hv_unlock(&self.dmon)
+            turn = hv_load_sc(&self.turns)
             if hv_trylock(&self.rmon):
                 if hv_load(&req.status) == ST_PENDING:
                     saved = watch_current()
@@ -698,9 +700,14 @@ cdef class Coordinator:
                     watch_bind(saved)
                 self._release_round()
                 continue
+            # Registered before turns is read again: a release either comes after this and
+            # wakes it (it takes dmon, held here until the wait lets go of it), or came before
+            # and this read sees its turn (both sides sequentially consistent)
             hv_lock(&self.dmon)
-            if hv_load(&req.status) == ST_PENDING and self.turns == turn:
+            hv_add(&self.turn_waiters, 1)
+            if hv_load(&req.status) == ST_PENDING and hv_load_sc(&self.turns) == turn:
                 hv_wait(&self.dmon, 0.05)
+            hv_add(&self.turn_waiters, -1)
             hv_unlock(&self.dmon)
         hv_lock(&self.qmon)
         self.kick = self.kick or kick
@@ -709,12 +716,14 @@ cdef class Coordinator:
         hv_unlock(&self.qmon)
 
     cdef void _release_round(self) noexcept nogil:
-        """Let go of the round lock, waking threads that wait for their turn at it."""
+        """Let go of the round lock, waking threads that wait for their turn at it (_drive);
+        with none waiting, no other lock is taken (a synchronous call's round: one turn less)."""
         hv_unlock(&self.rmon)
-        hv_lock(&self.dmon)
-        self.turns += 1
-        hv_notify_all(&self.dmon)
-        hv_unlock(&self.dmon)
+        hv_add(&self.turns, 1)
+        if hv_load_sc(&self.turn_waiters) > 0:
+            hv_lock(&self.dmon)
+            hv_notify_all(&self.dmon)
+            hv_unlock(&self.dmon)
 
     cdef void _idle(self) noexcept nogil:
         """(qmon held) Sleep until work is queued or pending, a stop is asked for, or a peer
@@ -788,7 +797,7 @@ cdef class Coordinator:
         if stopping or not (bits_flags(bits, W) & FLAG_NO_STALL):
             watch_ping_all(&self.watch)     # everyone into this round now: a stop, a stall report
         if self.node_agree:     # one node, its segment: flags instead of MPI messages
-            return shm_and_words(&self.ctx.shm, bits.data(), self.ride.nwords)
+            return shm_and_words(&self.ctx.shm, bits.data(), self.ride.nwords, bits_tag(bits, W))
         return rides_agree(&self.ride, self.ctx.comm, bits.data())
 
     cdef int _settle(self, vector[uint64_t]& bits, int W, vector[Item]& items, double t0,

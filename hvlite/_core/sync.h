@@ -43,6 +43,9 @@ static inline void hv_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_REL
 static inline long long hv_load64(volatile long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void hv_store64(volatile long long* p, long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static inline int hv_add(int* p, int v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
+/* Sequentially consistent: with hv_add on the other side, two threads that each write one word
+ * and then read the other's cannot both miss the other's write. */
+static inline int hv_load_sc(int* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static inline void hv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /* Sleep on a word in memory shared between processes until another process wakes it, while it
  * still holds `expected`, for at most `seconds`; returns 1 when woken (callers look again: the

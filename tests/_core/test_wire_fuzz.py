@@ -118,3 +118,24 @@ def test_an_unreadable_submission_is_fatal_and_names_the_rank():
     ctl = Controller(2, cache_capacity=8)
     resp = wire.decode_response(ctl.respond([good, good]), with_tune=False)
     assert resp["fatal"] == "" and [a[0] for a in resp["answers"]] == ["grad"]
+
+
+def test_a_vote_tag_stands_for_one_vote_only():
+    """shm_and_words skips reading a peer whose tag equals this rank's: equal tags must mean
+    equal votes. A vote of at most one ready slot, nothing stale and small flags has a tag of
+    its own; any other vote has none (0: its words are read)."""
+    rng, seen = random.Random(7), {}
+    for capacity in (0, 1, 63, 64, 65, 1024, 1 << 20):
+        for _ in range(300):
+            ready = [] if capacity == 0 or rng.random() < 0.2 else [rng.randrange(capacity)]
+            flags = rng.randrange(64)
+            tag = wire.vote_tag(ready, (), flags, capacity)
+            assert tag != 0, (ready, flags, capacity)
+            key = (tuple(ready), flags)
+            assert seen.setdefault((capacity, tag), key) == key, (capacity, tag, key)
+        if capacity >= 2:
+            a, b = rng.sample(range(capacity), 2)
+            assert wire.vote_tag([a, b], (), 5, capacity) == 0
+            assert wire.vote_tag([a], [b], 5, capacity) == 0
+            assert wire.vote_tag([], [a], 5, capacity) == 0
+        assert wire.vote_tag([], (), 1 << 31, capacity) == 0

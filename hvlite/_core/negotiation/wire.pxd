@@ -87,6 +87,9 @@ cdef void get_head(Reader* r, Head* h) noexcept nogil
 cdef void get_answer(Reader* r, Answer* a) noexcept nogil
 cdef void get_tune(Reader* r, Tune* t) noexcept nogil
 
+cdef extern from *:
+    int _lowest_bit64 "__builtin_ctzll"(unsigned long long) nogil
+
 # The per-round all-reduce (BAND) vector: [ready bits | still-valid bits | flags], W words each.
 cdef enum:
     FLAG_NO_MISSES = 1
@@ -127,3 +130,21 @@ cdef inline void bits_set_flags(vector[uint64_t]& b, int W, uint64_t flags) noex
 
 cdef inline uint64_t bits_flags(vector[uint64_t]& b, int W) noexcept nogil:
     return b[2 * W]
+
+cdef inline uint64_t bits_tag(vector[uint64_t]& b, int W) noexcept nogil:
+    """One word that stands for a vote of at most one ready slot, no slot stale and flags
+    under 2^31 (a steady loop's: equal tags, equal votes), else 0 (shm_and_words then reads
+    the words)."""
+    cdef int w
+    cdef uint64_t slot = 0, word
+    if b[2 * W] >> 31:
+        return 0
+    for w in range(W):
+        word = b[w]
+        if word:
+            if slot or (word & (word - 1)):
+                return 0
+            slot = <uint64_t>(w * 64 + _lowest_bit64(word)) + 1
+        if b[W + w] != ~(<uint64_t>0):
+            return 0
+    return (<uint64_t>1 << 63) | (b[2 * W] << 32) | slot

@@ -306,3 +306,17 @@ def decode_response(bytes data, bint with_tune=True):
     _check_read(&r, "response")
     out["rest"] = <Py_ssize_t>(r.n - r.off) if r.off <= r.n else -<Py_ssize_t>(r.off - r.n)
     return out
+
+
+def vote_tag(ready=(), stale=(), uint64_t flags=0, int capacity=1024):
+    """bits_tag of the round's vote with these cache slots ready and found stale, and these
+    flags (tests)."""
+    cdef int W = (capacity + 63) // 64
+    cdef vector[uint64_t] b
+    bits_reset(b, W)
+    for s in ready:
+        bits_mark_ready(b, s)
+    for s in stale:
+        bits_mark_stale(b, W, s)
+    bits_set_flags(b, W, flags)
+    return bits_tag(b, W)

@@ -379,7 +379,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     # every rank's reads and writes went through: a failed write left a peer's result wrong,
     # so every rank fails, not only the one that saw it.
     ok = 0 if err else ~(<uint64_t>0)
-    e = shm_and_words(a, &ok, 1)
+    e = shm_and_words(a, &ok, 1, (<uint64_t>1 << 63) | (ok & 1))     # ok: 0 or all ones
     if e:
         err = e         # a peer lost at the barrier explains a read or write that failed too
     elif err == 0 and not ok:

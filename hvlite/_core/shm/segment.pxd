@@ -55,8 +55,10 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
                               ShmArea* a, long divisor) noexcept nogil
 
 # words[i] = AND over the node's ranks of their words[i] (collective over the node; n * 8 bytes
-# must fit a slot): one barrier, no MPI call. Returns HV_ERR_LOST once a peer is lost.
-cdef int shm_and_words(ShmArea* a, uint64_t* words, int n) noexcept nogil
+# must fit a slot): one barrier, no MPI call. tag: 0, or a word that stands for the words (equal
+# tags only for equal words): peers with this rank's tag are not read. Returns HV_ERR_LOST once a
+# peer is lost.
+cdef int shm_and_words(ShmArea* a, uint64_t* words, int n, uint64_t tag) noexcept nogil
 
 # Seconds per flag barrier, a median of blocks (collective over the node): the cost model's alpha_shm.
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
