@@ -304,7 +304,8 @@ def test_a_waiting_handle_ends_the_cycle_pause():
 
 
 def test_the_coordinator_thread_yields_to_the_callers():
-    """It runs as a batch task: a submit's wake-up does not preempt the submitting thread."""
+    """On one node it runs as a batch task: a submit's wake-up does not preempt the submitting
+    thread (across hosts it does not: tests/cluster/test_cluster.py)."""
     import os
     thread = hvd._current().global_state.thread
     assert thread.is_alive()

@@ -7,7 +7,8 @@ ROUNDS all-reduces of MIB MiB, each checked against NumPy, and rank 0 prints one
 `traffic ALGORITHM <host>=<bytes sent per byte reduced> ...`. Every rank also measures its
 process's CPU time (all threads) against the calls' wall time, and rank 0 prints `waits
 ALGORITHM <rank>=<cpu / wall> ...`: over a slow link a wait that naps costs a small part of the
-wall time, one that yields all of it (a core taken from the rank's compute)."""
+wall time, one that yields all of it (a core taken from the rank's compute). It also prints
+`policy <rank>=<scheduling policy of the coordinator thread>`: a batch task on one node only."""
 import os
 import socket
 import sys
@@ -44,10 +45,14 @@ share = (time.process_time() - cpu) / (time.perf_counter() - wall)
 hvd.barrier()
 after = sent_bytes() if hvd.local_rank() == 0 else 0
 shares = hvd.allgather_object(share)
+policy = os.sched_getscheduler(hvd._current().global_state.thread.native_id)
+policies = hvd.allgather_object("batch" if policy == os.SCHED_BATCH else
+                                "other" if policy == os.SCHED_OTHER else str(policy))
 per_host = hvd.allgather_object((socket.gethostname(), hvd.local_rank(), after - before))
 if hvd.rank() == 0:
     ratios = {h: b / (rounds * count * 4) for h, lr, b in per_host if lr == 0}
     print(f"traffic {algorithm} " + " ".join(f"{h}={r:.3f}" for h, r in sorted(ratios.items())),
           flush=True)
     print(f"waits {algorithm} " + " ".join(f"{r}={v:.3f}" for r, v in enumerate(shares)), flush=True)
+    print("policy " + " ".join(f"{r}={p}" for r, p in enumerate(policies)), flush=True)
 hvd.shutdown()

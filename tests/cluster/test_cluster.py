@@ -152,6 +152,10 @@ def test_data_waits_across_hosts_leave_the_core(cluster):
         out = cluster.run("h1:1,h2:1", [sys.executable, TRAFFIC, "ring", "4", "2"], timeout=120)[1]
     shares = figures(out, "waits ring")
     assert len(shares) == 2 and all(s < 0.5 for s in shares), out
+    # and the coordinator thread that drives those transfers is not a batch task across hosts
+    # (one node: tests/_core/mpi_coordinator.py): woken from a nap, it runs without waiting for
+    # the compute threads' turn to end
+    assert re.search(r"^policy 0=other 1=other$", out, re.M), out
 
 
 def test_auto_across_hosts_skips_what_lost_nearby(cluster):
