@@ -468,7 +468,7 @@ cdef class Coordinator:
         with nogil:
             hv_lock(&self.rmon)
             slept, woken, woke = self.ctx.shm.slept, self.ctx.shm.woken, self.ctx.shm.woke
-            hv_unlock(&self.rmon)
+            self._release_round()
         return {"slept": slept, "woken": woken, "woke": woke}
 
     def _sleepers(self):
@@ -482,7 +482,7 @@ cdef class Coordinator:
         with nogil:
             hv_lock(&self.rmon)
             snap = self.ctx.ways if ways else self.ctx.cal
-            hv_unlock(&self.rmon)
+            self._release_round()
         return calibration_table(&snap, upper)
 
     def _scale_way(self, str way, double factor):
@@ -493,7 +493,7 @@ cdef class Coordinator:
         with nogil:
             hv_lock(&self.rmon)
             self.ctx.ways.scale, self.ctx.ways.scale_only = factor, code
-            hv_unlock(&self.rmon)
+            self._release_round()
 
     def _scale_trials(self, double factor, str algorithm=None):
         """Tests only: auto's timed calls (its trials, confirming windows and challenges; of
@@ -507,7 +507,7 @@ cdef class Coordinator:
         with nogil:
             hv_lock(&self.rmon)
             self.ctx.cal.scale, self.ctx.cal.scale_only = factor, code
-            hv_unlock(&self.rmon)
+            self._release_round()
 
     def death(self):
         """(kind, reason) once the coordinator has stopped, else None."""
@@ -722,7 +722,10 @@ cdef class Coordinator:
 
     cdef void _release_round(self) noexcept nogil:
         """Let go of the round lock, waking threads that wait for their turn at it (_drive);
-        with none waiting, no other lock is taken (a synchronous call's round: one turn less)."""
+        with none waiting, no other lock is taken (a synchronous call's round: one turn less).
+        Every holder lets go through here, the idle thread's liveness poll and the tables'
+        readers too: a caller whose turn came while one of them held the lock would otherwise
+        sleep until a completion or its 50 ms wait ran out."""
         hv_unlock(&self.rmon)
         hv_add(&self.turns, 1)
         if hv_load_sc(&self.turn_waiters) > 0:
@@ -751,7 +754,7 @@ cdef class Coordinator:
             if hv_trylock(&self.rmon):
                 watch_poll(&self.watch, 0.0)
                 wanted = self.watch.wanted > self.watch.clock
-                hv_unlock(&self.rmon)
+                self._release_round()
             hv_lock(&self.qmon)
             if wanted:
                 return
