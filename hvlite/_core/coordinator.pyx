@@ -50,9 +50,6 @@ from hvlite._core.liveness cimport (Watch, watch_init, watch_free, watch_bind, w
 
 cnp.import_array()
 
-cdef extern from *:
-    int _lowest_bit "__builtin_ctzll"(unsigned long long) nogil
-
 cdef extern from "<sched.h>" nogil:
     struct sched_param:
         int sched_priority
@@ -999,7 +996,7 @@ cdef class Coordinator:
         for w in range(W):          # only the words' set bits: the cache may be large
             word = ~bits[W + w]
             while word:
-                s = w * 64 + _lowest_bit(word)
+                s = w * 64 + lowest_bit(word)
                 word &= word - 1
                 if s < self.cache.capacity and not self.cache.names[s].empty():
                     self._unslot(s)
@@ -1010,7 +1007,7 @@ cdef class Coordinator:
         for w in range(W):
             word = bits[w]
             while word:
-                s = w * 64 + _lowest_bit(word)
+                s = w * 64 + lowest_bit(word)
                 word &= word - 1
                 if s >= self.cache.capacity or self.cache.names[s].empty():
                     continue

@@ -88,7 +88,8 @@ cdef void get_answer(Reader* r, Answer* a) noexcept nogil
 cdef void get_tune(Reader* r, Tune* t) noexcept nogil
 
 cdef extern from *:
-    int _lowest_bit64 "__builtin_ctzll"(unsigned long long) nogil
+    # the index of a nonzero word's lowest set bit (the bit vector's slots, in order)
+    int lowest_bit "__builtin_ctzll"(unsigned long long) nogil
 
 # The per-round all-reduce (BAND) vector: [ready bits | still-valid bits | flags], W words each.
 cdef enum:
@@ -144,7 +145,7 @@ cdef inline uint64_t bits_tag(vector[uint64_t]& b, int W) noexcept nogil:
         if word:
             if slot or (word & (word - 1)):
                 return 0
-            slot = <uint64_t>(w * 64 + _lowest_bit64(word)) + 1
+            slot = <uint64_t>(w * 64 + lowest_bit(word)) + 1
         if b[W + w] != ~(<uint64_t>0):
             return 0
     return (<uint64_t>1 << 63) | (b[2 * W] << 32) | slot
