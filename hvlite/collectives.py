@@ -55,14 +55,16 @@ def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global
     return path_of(x).allreduce(x, op, name, algorithm, process_set, False, compression)
 
 
-def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
-    """Start reducing the NumPy (or device) array `x` in place; returns a Handle."""
+def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
+                     compression=None):
+    """Start reducing the NumPy (or device) array `x` in place; returns a Handle. With
+    `compression` the result is decompressed straight into x."""
     lean = runtime.lean
-    if lean is not None:
+    if lean is not None and compression is None:
         started = lean.allreduce_async(x, op, name, algorithm, process_set, True)
         if started is not None:
             return started
-    return path_of(x).allreduce(x, op, name, algorithm, process_set, True)
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, True, compression)
 
 
 def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
@@ -83,14 +85,16 @@ def allreduce(x, op=Average, name=None, algorithm=None, process_set=global_proce
                                 sync=True)
 
 
-def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set):
+def allreduce_(x, op=Average, name=None, algorithm=None, process_set=global_process_set,
+               compression=None):
     """Reduce the NumPy array `x` in place across the set's ranks and return it."""
     lean = runtime.lean
-    if lean is not None:
+    if lean is not None and compression is None:
         done = lean.allreduce(x, op, name, algorithm, process_set, True)
         if done is not None:
             return done
-    return path_of(x).allreduce(x, op, name, algorithm, process_set, True, sync=True)
+    return path_of(x).allreduce(x, op, name, algorithm, process_set, True, compression,
+                                sync=True)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, algorithm=None,

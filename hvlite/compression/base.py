@@ -79,6 +79,15 @@ class Compressor:
     def _reduce(self, x, name, op, n):
         raise NotImplementedError
 
+    def _reduce_into(self, x, name, op, n, out):
+        """_reduce, its result written into `out` (x's shape and dtype, possibly x itself: a
+        method reads x before its handle completes). A method that can write its last pass
+        there directly overrides this; the others copy."""
+        def into(res):
+            np.copyto(out, res[0])
+            return out
+        return Then([self._reduce(x, name, op, n)], into)
+
     # -- shared
     def check(self, x, name, op=Sum):
         """Raise the reason this tensor cannot go through this method, if there is one."""
@@ -95,25 +104,48 @@ class Compressor:
             raise InvalidArgumentError(f"compression {self.method}: keeps error-feedback state "
                                        "per tensor, so every call needs a stable name=")
 
-    def allreduce_async(self, x, op=Average, name=None):
+    def allreduce_async(self, x, op=Average, name=None, out=None):
         """Start a compressed reduction of `x`; the handle's synchronize() returns the reduced
-        dense array of x's shape and dtype (the same bits on every rank)."""
+        dense array of x's shape and dtype (the same bits on every rank). `out`: a writable
+        array of x's shape and dtype that takes the result instead of a new one (x itself for
+        an in-place call): the cast methods write their last pass straight into it."""
         rt = runtime.current()
+        src = x
         x = np.ascontiguousarray(x)
         label = name or rt.auto_name(f"compressed_{self.method}")
         try:
             self.check(x, name, op)
+            if out is not None:
+                check_out(out, x, src, label, self.method)
         except (DtypeError, InvalidArgumentError) as e:
             poison(rt, label, x, e, self.first_kind)
             raise
         t0 = time.perf_counter()
-        h = self._reduce(x, label, as_op(op), rt.engine.size)
+        if out is None:
+            h = self._reduce(x, label, as_op(op), rt.engine.size)
+        else:
+            h = self._reduce_into(x, label, as_op(op), rt.engine.size, out)
         _stats.span(rt, self.method, label, t0)
         return h
 
     def account(self, name, dense, payload_bytes, kind, n):
         _stats.record(self.method, name, dense, payload_bytes, wire_bytes(kind, payload_bytes, n),
                       wire_bytes("allreduce", dense, n))
+
+
+def check_out(out, x, src, name, method):
+    """Raise why `out` cannot take the result of reducing x (src: x as the caller passed it;
+    in place, out is src)."""
+    if not isinstance(out, np.ndarray):
+        raise InvalidArgumentError(f"compression {method} of {name!r}: in-place reduction needs "
+                                   f"a NumPy array, got {type(src).__name__}")
+    if not out.flags.writeable:
+        raise InvalidArgumentError(f"compression {method} of {name!r}: the array to reduce in "
+                                   "place is read-only")
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise InvalidArgumentError(f"compression {method} of {name!r}: the output is "
+                                   f"{out.dtype}{list(out.shape)}, the tensor "
+                                   f"{x.dtype}{list(x.shape)}")
 
 
 def poison(rt, name, x, err, kind):

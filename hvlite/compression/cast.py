@@ -67,6 +67,14 @@ class Cast(Compressor):
         h = collectives.allreduce_async_(low, op=op, name=name)
         return Then([h], lambda r: cast(r[0], x.dtype))
 
+    def _reduce_into(self, x, name, op, n, out):
+        """The result cast straight into `out`: no new array, no copy (x is cast before the
+        handle exists, so out may be x)."""
+        low = cast(x, self.wire)
+        self.account(name, x.nbytes, low.nbytes, "allreduce", n)
+        h = collectives.allreduce_async_(low, op=op, name=name)
+        return Then([h], lambda r: cast_to(r[0], out))
+
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 
@@ -89,3 +97,11 @@ def cast(x, dtype):
     if not _kernel_fits(x, dtype):
         return x.astype(dtype)
     return cast_into(x, np.empty(x.shape, dtype))
+
+
+def cast_to(x, out):
+    """x cast into `out` (x's shape; the same bits as cast), which is returned."""
+    if out.flags.c_contiguous and _kernel_fits(x, out.dtype):
+        return cast_into(x, out)
+    np.copyto(out, cast(x, out.dtype))
+    return out

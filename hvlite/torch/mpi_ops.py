@@ -35,15 +35,9 @@ def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, p
     arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name,
                                                         process_set=process_set)
 
-    def finish(result):
-        if kw.get("compression"):
-            out.copy_(B.to_tensor(result, out.dtype).view(out.shape))
+    def finish(result):     # in `out` already: a compressed result is cast straight into it
         return B.scale_(out, postscale_factor)
-    if kw.get("compression"):
-        h = _hv.allreduce_async(arr, op=op, name=name, **kw)
-    else:
-        h = _hv.allreduce_async_(arr, op=op, name=name, **kw)
-    return B.TorchHandle(h, finish)
+    return B.TorchHandle(_hv.allreduce_async_(arr, op=op, name=name, **kw), finish)
 
 
 def _device_compressed(out, name, op, postscale_factor, process_set, compression):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hvlite as hvd
-from helpers import assert_identical_everywhere
+from helpers import assert_identical_everywhere, expect_raise_everywhere
 from hvlite.compression import Compression
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -24,3 +24,39 @@ def test_compressed_allreduce_is_the_cast_allreduce(method, op, shape):
     assert got.dtype == np.float32 and got.shape == g.shape
     assert got.tobytes() == want.tobytes()
     assert_identical_everywhere(got, name)
+
+
+@pytest.mark.parametrize("method", ["fp16", "bf16", "int8"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("call", ["allreduce_", "allreduce_async_"])
+def test_in_place_compressed_allreduce_writes_the_same_bits_into_x(method, layout, call):
+    """allreduce_(x, compression=...) leaves in x exactly what allreduce(x, compression=...)
+    returns (the cast methods write their last pass into x, the others copy), for strided x
+    too, and returns x."""
+    c = getattr(Compression, method)
+    rng = np.random.default_rng([hvd.rank(), 7])
+    base = (rng.standard_normal((64, 34)) * 1e-3).astype(np.float32)
+    x = base if layout == "contiguous" else base[:, ::2]
+    name = f"inplace.{method}.{layout}.{call}"
+    want = hvd.allreduce(x.copy(), name=name + ".new", compression=c)
+    if call == "allreduce_":
+        got = hvd.allreduce_(x, name=name, compression=c)
+    else:
+        got = hvd.synchronize(hvd.allreduce_async_(x, name=name, compression=c))
+    assert got is x
+    assert x.tobytes() == want.tobytes()
+    assert_identical_everywhere(np.ascontiguousarray(x), name)
+
+
+def test_in_place_compressed_allreduce_of_a_read_only_array_fails_on_every_rank():
+    """Only rank 0's array is read-only: every rank's call fails with its reason, and the job
+    goes on."""
+    x = np.ones(16, np.float32)
+    if hvd.rank() == 0:
+        x.flags.writeable = False
+
+    def go():
+        hvd.allreduce_(x, name="ro.x", compression=Compression.fp16)
+    expect_raise_everywhere(go, hvd.HvliteError, "read-only", "ro.x")
+    y = np.ones(4, np.float32)
+    assert hvd.allreduce_(y, op=hvd.Sum, name="ro.after")[0] == hvd.size()
