@@ -35,8 +35,9 @@ class HostPath:
             if process_set is not None and process_set is not global_process_set:
                 raise InvalidArgumentError(f"allreduce {name!r}: compression= runs on the "
                                            f"global process set only, not on {process_set}")
-            return _done(compression.allreduce_async(x, op=op, name=name,
-                                                     out=x if inplace else None), sync)
+            if inplace:     # only then: a user's compressor may not take out=
+                return _done(compression.allreduce_async(x, op=op, name=name, out=x), sync)
+            return _done(compression.allreduce_async(x, op=op, name=name), sync)
         start = host.allreduce_async_ if inplace else host.allreduce_async
         return start(x, op, name, algorithm, process_set, sync=sync)
 

@@ -112,11 +112,13 @@ class Compressor:
         rt = runtime.current()
         src = x
         x = np.ascontiguousarray(x)
+        if x.ndim != np.ndim(src):          # ascontiguousarray makes a 0-d array 1-d
+            x = x.reshape(np.shape(src))
         label = name or rt.auto_name(f"compressed_{self.method}")
         try:
             self.check(x, name, op)
             if out is not None:
-                check_out(out, x, src, label, self.method)
+                check_out(out, x, label, self.method)
         except (DtypeError, InvalidArgumentError) as e:
             poison(rt, label, x, e, self.first_kind)
             raise
@@ -133,12 +135,11 @@ class Compressor:
                       wire_bytes("allreduce", dense, n))
 
 
-def check_out(out, x, src, name, method):
-    """Raise why `out` cannot take the result of reducing x (src: x as the caller passed it;
-    in place, out is src)."""
+def check_out(out, x, name, method):
+    """Raise why `out` cannot take the result of reducing x."""
     if not isinstance(out, np.ndarray):
         raise InvalidArgumentError(f"compression {method} of {name!r}: in-place reduction needs "
-                                   f"a NumPy array, got {type(src).__name__}")
+                                   f"a NumPy array, got {type(out).__name__}")
     if not out.flags.writeable:
         raise InvalidArgumentError(f"compression {method} of {name!r}: the array to reduce in "
                                    "place is read-only")

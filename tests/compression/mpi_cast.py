@@ -60,3 +60,14 @@ def test_in_place_compressed_allreduce_of_a_read_only_array_fails_on_every_rank(
     expect_raise_everywhere(go, hvd.HvliteError, "read-only", "ro.x")
     y = np.ones(4, np.float32)
     assert hvd.allreduce_(y, op=hvd.Sum, name="ro.after")[0] == hvd.size()
+
+
+def test_compressed_allreduce_keeps_a_0d_array_0d():
+    """np.ascontiguousarray makes 0-d arrays 1-d: the result keeps the caller's shape, in place
+    (a scalar parameter's gradient) and out of place."""
+    x = np.array(0.25 * (hvd.rank() + 1), np.float32)
+    got = hvd.allreduce(x, op=hvd.Sum, name="scalar.new", compression=Compression.fp16)
+    assert got.shape == () and float(got) == 0.25 * hvd.size() * (hvd.size() + 1) / 2
+    y = x.copy()
+    assert hvd.allreduce_(y, op=hvd.Sum, name="scalar.inplace", compression=Compression.fp16) is y
+    assert y.shape == () and y.tobytes() == got.tobytes()
