@@ -60,20 +60,20 @@ class Cast(Compressor):
     def decompress(self, payload, ctx):
         return cast(payload[0], np.dtype(ctx))
 
-    def _reduce(self, x, name, op, n):
+    def _start(self, x, name, op, n):
+        """x cast for the wire and its all-reduce started; `low` is ours alone, so it is
+        reduced in place rather than into another new array."""
         low = cast(x, self.wire)
         self.account(name, x.nbytes, low.nbytes, "allreduce", n)
-        # `low` is ours alone: reduce it in place rather than into another new array
-        h = collectives.allreduce_async_(low, op=op, name=name)
-        return Then([h], lambda r: cast(r[0], x.dtype))
+        return collectives.allreduce_async_(low, op=op, name=name)
+
+    def _reduce(self, x, name, op, n):
+        return Then([self._start(x, name, op, n)], lambda r: cast(r[0], x.dtype))
 
     def _reduce_into(self, x, name, op, n, out):
         """The result cast straight into `out`: no new array, no copy (x is cast before the
         handle exists, so out may be x)."""
-        low = cast(x, self.wire)
-        self.account(name, x.nbytes, low.nbytes, "allreduce", n)
-        h = collectives.allreduce_async_(low, op=op, name=name)
-        return Then([h], lambda r: cast_to(r[0], out))
+        return Then([self._start(x, name, op, n)], lambda r: cast_to(r[0], out))
 
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
