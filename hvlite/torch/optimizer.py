@@ -17,7 +17,7 @@ from hvlite.ops import Adasum, Average
 from hvlite.timeline import record_compute as _record_compute
 from hvlite.torch import _bridge as B
 from hvlite.torch.compression import Compression
-from hvlite.torch.mpi_ops import (allreduce_async_, global_process_set, grouped_allreduce_async_,
+from hvlite.torch.mpi_ops import (_grouped_allreduce_async, allreduce_async_, global_process_set,
                                   sparse_allreduce_async)
 
 
@@ -134,10 +134,12 @@ class _DistributedMixin:
         sparse = [p for p in grp if p.grad.is_sparse]
         dense = [p for p in grp if not p.grad.is_sparse]
         pre, post = self._scales()
-        handles = [grouped_allreduce_async_([p.grad for p in dense],
-                                            name=self._parameter_names.get(dense[0]), op=self.op,
-                                            prescale_factor=pre, postscale_factor=post,
-                                            process_set=self.process_set)] if dense else []
+        # each gradient cast by the compression as on the ungrouped path (Horovod compresses
+        # every tensor of a group before its grouped allreduce)
+        handles = [_grouped_allreduce_async([p.grad for p in dense], None,
+                                            self._parameter_names.get(dense[0]), self.op, pre,
+                                            post, self.process_set, True,
+                                            self._compression)] if dense else []
         if not sparse:
             return handles[0]
         # sparse gradients cannot join a grouped allreduce: each is gathered on its own and
