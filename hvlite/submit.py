@@ -73,6 +73,22 @@ class ArrayHandle(Handle):
             raise _exception(p.error_kind, p.error, p.error_code)
         return self._finish
 
+    def synchronize(self):
+        """Work's protocol in one frame for a result that completed (an async 4 KiB call then
+        synchronize: the protocol's calls were a fifth of its time); an error goes the
+        protocol's way."""
+        if not self._settled:
+            p = self._pending
+            p.wait()
+            if p.status != _DONE:
+                return Handle.synchronize(self)
+            self._value, self._settled = self._finish, True
+            p.release()
+            self._pending = self._finish = None
+        if self._error is not None:
+            raise self._error
+        return self._value
+
 
 lean_handle(ArrayHandle)
 

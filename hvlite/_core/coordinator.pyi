@@ -1,11 +1,11 @@
 # Stub for the compiled coordinator module: one process set's negotiation, fusion and execution.
 from typing import Any, Sequence
 import numpy as np
-from hvlite._core.pending import Pending
+from hvlite._core.pending import Pending, Rounds
 from hvlite._core.submission import Submission
 from hvlite._core.trace import Writer
 
-class Coordinator:
+class Coordinator(Rounds):
     dead: bool
     rounds: int
     slow_rounds: int

@@ -40,7 +40,7 @@ from hvlite._core.execute.fusion cimport FusionBuffer, fusion_free, run_allreduc
 from hvlite._core.execute.mpi_collectives cimport *
 from hvlite._core.trace cimport Recorder, TEvent, rec_init, rec_push, rec_item, make_writer, K_CYCLE
 from hvlite._core.tuning.autotune cimport Tuner, tune_init, tune_grid, tune_round, tune_window_reset
-from hvlite._core.pending cimport Pending, make_pending, Ledger, make_ledger
+from hvlite._core.pending cimport Pending, make_pending, Ledger, make_ledger, Rounds
 from hvlite._core.submission cimport Submission, new_request, fill_request
 from hvlite._core.codes cimport error_text
 cimport mpi4py.MPI as MPI
@@ -78,7 +78,7 @@ def _conflict_after(double seconds):
     CONFLICT_SECONDS = seconds
 
 
-cdef class Coordinator:
+cdef class Coordinator(Rounds):
     cdef Context ctx
     cdef hv_monitor qmon          # queue, in-flight names, stop flag, death, the flags below
     cdef hv_monitor dmon          # completions
@@ -92,6 +92,7 @@ cdef class Coordinator:
     cdef bint busy                # requests wait in rounds: the thread keeps running them
     cdef bint kick                # a peer waits in a round this rank has not joined
     cdef bint finished            # the last round has run: the thread exits
+    cdef bint graced              # the thread waits out GRACE: a submit's wake-up would not end it
     cdef string failure           # why this rank failed alone in a round (watch_fail_all told)
     # times the round lock was let go (atomic), and threads waiting for their turn at it (atomic,
     # changed under dmon): a release that finds none waiting takes no lock
@@ -251,7 +252,9 @@ cdef class Coordinator:
             else:
                 self.inflight.insert(cname)
                 self.queue.push_back(req)
-                if not inline:
+                # no wake-up for a thread waiting out its grace (it would only wait again): an
+                # async call then synchronize paid a futex wake and a context switch a call
+                if not inline and not self.graced:
                     hv_notify_all(&self.qmon)
             hv_unlock(&self.qmon)
             if problem:
@@ -359,11 +362,7 @@ cdef class Coordinator:
         cdef int slot = -1
         if not hv_trylock(&self.rmon):
             return 0
-        if (self.pending.empty() and self.invalid_slots.empty() and not self.joined
-                and self.njoined == 0 and not self.rec.on
-                and (self.ctx.rank != 0 or self.table.entries.empty())
-                and cacheable(req.meta.collective)):
-            slot = cache_lookup(&self.cache, req.name, req.meta)    # STALE (< 0): the round's
+        slot = self._express_slot(req)
         hv_lock(&self.qmon)
         ok = not (self.dead or self.stop_requested or self.finished or self.busy or self.kick
                   or not self.queue.empty() or self._in_flight(req.name))
@@ -397,6 +396,38 @@ cdef class Coordinator:
         self._release_round()
         return 2 if done else 1
 
+    cdef int _express_slot(self, Request* req) noexcept nogil:
+        """(rmon held) req's cache slot when it may take the express round (a hit while nothing
+        else is pending here, no join, no timeline), else < 0."""
+        if (self.pending.empty() and self.invalid_slots.empty() and not self.joined
+                and self.njoined == 0 and not self.rec.on
+                and (self.ctx.rank != 0 or self.table.entries.empty())
+                and cacheable(req.meta.collective)):
+            return cache_lookup(&self.cache, req.name, req.meta)    # STALE (< 0): the round's
+        return -1
+
+    cdef bint _express_queued(self, Request* req) noexcept nogil:
+        """(rmon held) _drive: whether `req`, submitted and now waited for, is the queue's only
+        request and takes the express round, as a synchronous call's would (async then
+        synchronize: no table holds it). Its name stays in flight (xname) until the round
+        lets go."""
+        cdef int slot = self._express_slot(req)
+        cdef bint ok
+        if slot < 0:
+            return False
+        hv_lock(&self.qmon)
+        ok = not (self.dead or self.stop_requested or self.finished or self.busy or self.kick
+                  or self.queue.size() != 1 or self.queue[0] != req)
+        if ok:
+            self.queue.clear()
+            self.inflight.erase(req.name)
+            self.xname = &req.name
+        hv_unlock(&self.qmon)
+        if ok:
+            self.now_req = req
+            self.now_slot = slot
+        return ok
+
     def sweep(self):
         self.ledger.sweep()
 
@@ -429,11 +460,13 @@ cdef class Coordinator:
         communicator that MPI gives the same context."""
         return self.watch.quiet
 
-    def _drive_pending(self, Pending p, double seconds):
-        """Pending.wait: run rounds on the waiting thread until p's request completes or
-        `seconds` have passed (then the caller checks for signals and comes back)."""
-        with nogil:
-            self._drive(p.req, hv_now() + seconds)
+    cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
+        """Pending.wait: run rounds on the waiting thread until req completes or `seconds`
+        have passed (then the caller checks for signals and comes back)."""
+        self._drive(req, hv_now() + seconds)
+
+    cdef int sweep_done(self) except -1:
+        return self.ledger.sweep()
 
     def outputs_shared(self):
         """Whether this set's peers map this process's output arena (_core/shm/arena.pyx), so its
@@ -599,11 +632,13 @@ cdef class Coordinator:
                 # for the submitting thread to wait on it and run the round itself, with no
                 # wake-up here and hand-back there (an async 4 KiB call, then synchronize).
                 until = hv_now() + (GRACE if GRACE < self.cycle_time else self.cycle_time)
+                self.graced = True
                 while not (self.stop_requested or self.finished):
                     remaining = until - hv_now()
                     if remaining <= 0:
                         break
                     hv_wait(&self.qmon, remaining)
+                self.graced = False
             hv_unlock(&self.qmon)
             if not go:
                 return
@@ -695,11 +730,16 @@ cdef class Coordinator:
             turn = hv_load_sc(&self.turns)
             if hv_trylock(&self.rmon):
                 if hv_load(&req.status) == ST_PENDING:
+                    self._express_queued(req)
                     saved = watch_current()
                     watch_bind(&self.watch)
                     last = self._step() != 0
                     kick = self.watch.ctl != MPI_COMM_NULL and self.watch.wanted > self.watch.clock
                     watch_bind(saved)
+                    if self.xname != NULL:      # before the round lock goes (_take_now's way)
+                        hv_lock(&self.qmon)
+                        self.xname = NULL
+                        hv_unlock(&self.qmon)
                 self._release_round()
                 continue
             # Registered before turns is read again: a release either comes after this and
@@ -1208,10 +1248,17 @@ cdef class Coordinator:
             blen = error_text(code, buf, 511)
             msg.append(buf, blen)
             req.error_code = code
-        if req == self.xreq:        # the express round's: in no table, no one else sees it
+        if req == self.xreq:        # the express round's: in no table
             req.error_kind = kind
             req.error = msg
-            hv_store(&req.status, status)
+            if req.held == NULL:    # a synchronous call's: no one else sees it
+                hv_store(&req.status, status)
+                return
+            hv_lock(&self.dmon)     # a submitted one's (_express_queued): its Pending is let go
+            hv_store(&req.status, status)       # by the next sweep, as any other's
+            self.ledger.completed.push_back(req)
+            hv_notify_all(&self.dmon)
+            hv_unlock(&self.dmon)
             return
         hv_lock(&self.qmon)
         self.inflight.erase(req.name)

@@ -6,15 +6,20 @@ cdef class OwnedBuffer:
     cdef char* ptr
     cdef Py_ssize_t size
 
+# Who completes the requests: a waiting thread runs its rounds itself (the coordinator).
+cdef class Rounds:
+    cdef void drive_for(self, Request* req, double seconds) noexcept nogil
+    cdef int sweep_done(self) except -1
+
 cdef class Pending:
     cdef Request* req
     cdef hv_monitor* mon       # the coordinator's completion monitor
-    cdef object owner          # the coordinator: keeps the monitor alive; wait() runs its rounds
+    cdef Rounds owner          # the coordinator: keeps the monitor alive; wait() runs its rounds
     cdef object keep           # the buffers the request reads and writes, until it completes
 
     cdef bint pending(self) noexcept
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep)
+cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object keep)
 
 # What the runtime holds for a set (the user-thread side, under the GIL): every Pending whose
 # request may still be in flight, so a dropped handle's buffers stay alive until it completes.

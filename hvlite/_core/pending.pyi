@@ -3,6 +3,8 @@ from typing import Any
 
 class OwnedBuffer: ...
 
+class Rounds: ...
+
 class Pending:
     status: int
     error_kind: int

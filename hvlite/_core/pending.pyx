@@ -26,6 +26,18 @@ cdef class OwnedBuffer:
 cdef double WAIT_SLICE = 0.1    # seconds between looks at Python's signals while waiting
 
 
+cdef class Rounds:
+    """What a Pending's wait calls on its owner, as C calls (a Python method call each was a
+    tenth of an async 4 KiB call then synchronize)."""
+
+    cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
+        """Run rounds on this thread until req completes or `seconds` have passed."""
+
+    cdef int sweep_done(self) except -1:
+        """Let go of what completed meanwhile (dropped handles)."""
+        return 0
+
+
 cdef class Pending:
     """The Python side's hold on one submitted Request."""
 
@@ -51,12 +63,13 @@ cdef class Pending:
         cdef hv_monitor* mon = self.mon
         cdef int i
         cdef double until
+        cdef Rounds owner = self.owner
         if hv_load(&req.status) != ST_PENDING:
-            self.owner.sweep()
+            owner.sweep_done()
             return
         while True:
-            self.owner._drive_pending(self, WAIT_SLICE)
             with nogil:
+                owner.drive_for(req, WAIT_SLICE)
                 for i in range(200):
                     if hv_load(&req.status) != ST_PENDING:
                         break
@@ -74,7 +87,7 @@ cdef class Pending:
             # blocking calls: Ctrl-C raises KeyboardInterrupt in the caller; the request stays
             # the runtime's (completed, or failed at shutdown, like a dropped handle's)
             PyErr_CheckSignals()
-        self.owner.sweep()          # what completed meanwhile (dropped handles) is let go now
+        owner.sweep_done()          # what completed meanwhile (dropped handles) is let go now
 
     @property
     def status(self):
@@ -144,7 +157,7 @@ cdef class Pending:
         del self.req
 
 
-cdef Pending make_pending(Request* req, hv_monitor* mon, object owner, object keep):
+cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object keep):
     cdef Pending p = Pending.__new__(Pending)
     p.req = req
     p.mon = mon

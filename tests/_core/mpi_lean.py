@@ -501,6 +501,51 @@ def test_cached_synchronous_calls_take_the_express_round():
     assert_everywhere(failures)
 
 
+def test_async_then_synchronize_takes_the_express_round():
+    """An async call whose name the cache holds, then synchronize() with nothing else queued or
+    pending: the waiting thread takes it out of the queue into the express round
+    (Coordinator._express_queued), as a synchronous call would go. Results exact, in place and
+    out of place; each handle is let go once it completed (the ledger learns of it), and the
+    name is in flight until then. With two handles in flight, a name is still refused while it
+    is in flight, and both results are exact whichever way each round went."""
+    c = _coordinator()
+    failures = []
+    x = np.arange(6, dtype=np.float32) + RANK
+    want = sum(np.arange(6, dtype=np.float32) + r for r in range(N))
+    for _ in range(3):      # cached
+        hvd.allreduce_async_(x.copy(), op=hvd.Sum, name="lean.q.a").synchronize()
+        hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.b").synchronize()
+    before = c.express_rounds
+    steps = 40
+    for i in range(steps):
+        y = x.copy()
+        h = hvd.allreduce_async_(y, op=hvd.Sum, name="lean.q.a")
+        got_a = h.synchronize()
+        got_b = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.b").synchronize()
+        if not (got_a is y and same_bits(y, want) and same_bits(got_b, want)):
+            failures.append(f"step {i}: {got_a} {got_b}")
+            break
+    took = c.express_rounds - before
+    if took < 0.9 * 2 * steps:      # a liveness ping may send one through the tables
+        failures.append(f"rank {RANK}: {took} of {2 * steps} async calls took the express round")
+    if c.held() or c.in_flight():
+        failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
+    for i in range(10):
+        ha = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.a")
+        hb = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.b")
+        try:
+            hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.a")
+            failures.append(f"step {i}: a name in flight was submitted again")
+        except hvd.HvliteError:
+            pass
+        if not (same_bits(hb.synchronize(), want) and same_bits(ha.synchronize(), want)):
+            failures.append(f"step {i}: two in flight gave other bits")
+            break
+    if c.held() or c.in_flight():
+        failures.append(f"rank {RANK}: still held after two in flight: {c.held()}")
+    assert_everywhere(failures)
+
+
 def test_an_express_round_that_does_not_come_back_clean():
     """Rank 0 has an all-reduce in flight when it makes a cached synchronous call; the others
     make that call first, in the express round, whose agreement then finds their slot not ready
