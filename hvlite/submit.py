@@ -139,6 +139,7 @@ def _poison(st, kind, name, error, x=None, root=0):
                                                error=f"{type(error).__name__}: {error}"), None, None)
     if isinstance(p, tuple):
         raise _exception(*p) from None
+    del p       # the runtime holds it; the raised error's frame would (error -> frame -> error)
     raise error
 
 

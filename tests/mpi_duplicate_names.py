@@ -125,6 +125,36 @@ def test_an_automatic_name_coming_round_again_is_waited_for_not_refused():
     assert_everywhere(failures)
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "fp16"])
+def test_a_call_that_failed_here_is_retried_under_its_name(compressed):
+    """Rank 0's array is read-only, so its in-place call fails there and goes out poisoned;
+    every rank raises. Every rank then retries at once under the same name: rank 0's
+    poisoned request is waited for (it completes as the peers' calls meet it), not refused
+    as a name in flight (that left the peers waiting in their retry)."""
+    from hvlite.compression import Compression
+    kw = dict(compression=Compression.fp16) if compressed else {}
+    name = f"retry.{'fp16' if compressed else 'plain'}"
+    failures = []
+    for attempt in range(3):        # no sync point between a failure and its retry
+        x = np.full(8, RANK + 1.0, np.float32)
+        if RANK == 0:
+            x.flags.writeable = False
+        try:
+            hvd.allreduce_(x, op=hvd.Sum, name=name, **kw)
+            failures.append(f"attempt {attempt}: the read-only call ran")
+        except hvd.HvliteError as e:
+            if "read-only" not in str(e):
+                failures.append(f"attempt {attempt}: {type(e).__name__}: {e}")
+        y = np.full(8, RANK + 1.0, np.float32)
+        try:
+            got = hvd.allreduce_(y, op=hvd.Sum, name=name, **kw)
+            if not np.array_equal(got, np.full(8, N * (N + 1) / 2)):
+                failures.append(f"attempt {attempt}: the retry gave {got}")
+        except hvd.HvliteError as e:
+            failures.append(f"attempt {attempt}: the retry raised {type(e).__name__}: {e}")
+    assert_everywhere(failures)
+
+
 def test_errors_subclass_what_horovod_callers_catch():
     assert issubclass(hvd.DuplicateNameError, ValueError)
     assert issubclass(hvd.DuplicateNameError, hvd.InvalidArgumentError)

@@ -218,7 +218,8 @@ cdef class Coordinator(Rounds):
         request may need a peer that waits for this rank (in a barrier, say). An automatic name
         (`s.reused`, round again after AUTO_NAMES calls) is waited for instead: every rank
         submits unnamed calls in one order, so each peer submitted the earlier one before
-        anything it may wait in now. `s.inline`: the caller waits for it now, so its own thread
+        anything it may wait in now. So is this rank's own poisoned request (a call that failed
+        here, retried under its name). `s.inline`: the caller waits for it now, so its own thread
         runs the rounds (no hand-off to the coordinator thread and back)."""
         cdef string cname = name.encode()
         cdef bint inline = s.inline
@@ -229,12 +230,18 @@ cdef class Coordinator(Rounds):
             hv_lock(&self.qmon)
             problem = 1 if self.dead else (2 if self._in_flight(cname) else 0)
             hv_unlock(&self.qmon)
-            if problem != 2 or attempt == 2 or not s.reused:
+            if problem != 2 or attempt == 2:
                 break
             if _race_pause > 0:
                 with nogil:
                     hv_sleep(_race_pause)
             p = self.ledger.dropped(cname, True)
+            # a poisoned request (this rank's failed call) is waited for too: it completes, with
+            # its error on every rank, once the peers' calls of the name meet it, and a retry
+            # under the same name refused here would leave them waiting in theirs
+            if not s.reused and (p is None or p.req.meta.error.empty()):
+                p = None        # not held from here: the refusal's message tells dropped from held
+                break
             if p is not None:
                 p.wait()
             # else it completed between the check and the search: ask again

@@ -28,6 +28,34 @@ from hvlite.work import Composite
 Then = Composite
 
 
+class Undone(Composite):
+    """A stateful method's handle. When the exchange fails, the tensor's state goes back to what
+    it was before the call. A rank that failed before sending never changed its state, so the
+    ranks' states stay in step: random-k's step seed draws the same indices everywhere after
+    the failure, and no residual loses what was never reduced."""
+
+    __slots__ = ("undo",)
+
+    def __init__(self, handle, undo):
+        super().__init__([handle], _first)
+        self.undo = undo
+
+    def _collect(self):
+        try:
+            return super()._collect()
+        except Exception:
+            self.undo()
+            raise
+
+    def _release(self):
+        super()._release()
+        self.undo = None
+
+
+def _first(results):
+    return results[0]
+
+
 def check_ratio(ratio, method):
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating, np.integer)) \
             or not 0.0 < float(ratio) <= 1.0:
@@ -123,12 +151,36 @@ class Compressor:
             poison(rt, label, x, e, self.first_kind)
             raise
         t0 = time.perf_counter()
-        if out is None:
-            h = self._reduce(x, label, as_op(op), rt.engine.size)
-        else:
-            h = self._reduce_into(x, label, as_op(op), rt.engine.size, out)
+        saved = self._save(label) if self.stateful else None
+        try:
+            if out is None:
+                h = self._reduce(x, label, as_op(op), rt.engine.size)
+            else:
+                h = self._reduce_into(x, label, as_op(op), rt.engine.size, out)
+        except BaseException:
+            if self.stateful:
+                self._restore(saved)
+            raise
         _stats.span(rt, self.method, label, t0)
-        return h
+        return Undone(h, lambda: self._restore(saved)) if self.stateful else h
+
+    # -- error-feedback state, kept in step across ranks
+    def _state_maps(self):
+        """The dicts that hold per-tensor state (name -> state)."""
+        return (self.state,)
+
+    def _save(self, name):
+        """`name`'s state as it is now. The methods replace arrays instead of writing into
+        them, and a state dict is copied, so a shallow copy is enough."""
+        return [(m, name, dict(m[name]) if isinstance(m.get(name), dict) else m.get(name),
+                 name in m) for m in self._state_maps()]
+
+    def _restore(self, saved):
+        for m, name, value, present in saved:
+            if present:
+                m[name] = value
+            else:
+                m.pop(name, None)
 
     def account(self, name, dense, payload_bytes, kind, n):
         _stats.record(self.method, name, dense, payload_bytes, wire_bytes(kind, payload_bytes, n),

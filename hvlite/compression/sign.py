@@ -45,6 +45,9 @@ class Sign(Compressor):
     def residual(self, name):
         return self.state.get(name)
 
+    def _state_maps(self):
+        return (self.state, self.velocity)
+
     def compress(self, x, name):
         x = np.asarray(x)
         g = self._momentum(x.ravel(), name)
