@@ -32,12 +32,13 @@ class HostPath:
     def allreduce(self, x, op, name, algorithm, process_set, inplace=False, compression=None,
                   sync=False):
         if compression is not None:
-            if process_set is not None and process_set is not global_process_set:
-                raise InvalidArgumentError(f"allreduce {name!r}: compression= runs on the "
-                                           f"global process set only, not on {process_set}")
-            if inplace:     # only then: a user's compressor may not take out=
-                return _done(compression.allreduce_async(x, op=op, name=name, out=x), sync)
-            return _done(compression.allreduce_async(x, op=op, name=name), sync)
+            # out= only in place and process_set= only for another set: a user's compressor
+            # may take neither
+            kw = {} if process_set is None or process_set is global_process_set else \
+                {"process_set": process_set}
+            if inplace:
+                kw["out"] = x
+            return _done(compression.allreduce_async(x, op=op, name=name, **kw), sync)
         start = host.allreduce_async_ if inplace else host.allreduce_async
         return start(x, op, name, algorithm, process_set, sync=sync)
 

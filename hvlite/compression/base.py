@@ -20,6 +20,7 @@ import numpy as np
 from hvlite import collectives, runtime, submit as host
 from hvlite.errors import DtypeError, InvalidArgumentError, MismatchError
 from hvlite.ops import Average, Sum, as_op
+from hvlite.process_sets import global_process_set, state_of
 from hvlite.compression import accounting as _stats
 from hvlite.work import Composite
 
@@ -104,17 +105,18 @@ class Compressor:
     def decompress(self, payload, ctx):
         raise NotImplementedError
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
+        """Start the exchange of x's payload among the n ranks of process set `ps`."""
         raise NotImplementedError
 
-    def _reduce_into(self, x, name, op, n, out):
+    def _reduce_into(self, x, name, op, n, out, ps=global_process_set):
         """_reduce, its result written into `out` (x's shape and dtype, possibly x itself: a
         method reads x before its handle completes). A method that can write its last pass
         there directly overrides this; the others copy."""
         def into(res):
             np.copyto(out, res[0])
             return out
-        return Then([self._reduce(x, name, op, n)], into)
+        return Then([self._reduce(x, name, op, n, ps)], into)
 
     # -- shared
     def check(self, x, name, op=Sum):
@@ -132,31 +134,34 @@ class Compressor:
             raise InvalidArgumentError(f"compression {self.method}: keeps error-feedback state "
                                        "per tensor, so every call needs a stable name=")
 
-    def allreduce_async(self, x, op=Average, name=None, out=None):
+    def allreduce_async(self, x, op=Average, name=None, out=None, process_set=None):
         """Start a compressed reduction of `x`; the handle's synchronize() returns the reduced
         dense array of x's shape and dtype (the same bits on every rank). `out`: a writable
         array of x's shape and dtype that takes the result instead of a new one (x itself for
-        an in-place call): the cast methods write their last pass straight into it."""
+        an in-place call): the cast methods write their last pass straight into it.
+        `process_set`: the ranks that reduce (Horovod's process_set=; the global set by default)."""
         rt = runtime.current()
+        ps = global_process_set if process_set is None else process_set
+        st = state_of(rt, ps, f"compression {self.method}")
         src = x
         x = np.ascontiguousarray(x)
         if x.ndim != np.ndim(src):          # ascontiguousarray makes a 0-d array 1-d
             x = x.reshape(np.shape(src))
-        label = name or rt.auto_name(f"compressed_{self.method}")
+        label = name or st.auto_name(f"compressed_{self.method}")
         try:
             self.check(x, name, op)
             if out is not None:
                 check_out(out, x, label, self.method)
         except (DtypeError, InvalidArgumentError) as e:
-            poison(rt, label, x, e, self.first_kind)
+            poison(st, label, x, e, self.first_kind)
             raise
         t0 = time.perf_counter()
         saved = self._save(label) if self.stateful else None
         try:
             if out is None:
-                h = self._reduce(x, label, as_op(op), rt.engine.size)
+                h = self._reduce(x, label, as_op(op), st.size, ps)
             else:
-                h = self._reduce_into(x, label, as_op(op), rt.engine.size, out)
+                h = self._reduce_into(x, label, as_op(op), st.size, out, ps)
         except BaseException:
             if self.stateful:
                 self._restore(saved)
@@ -201,13 +206,13 @@ def check_out(out, x, name, method):
                                    f"{x.dtype}{list(x.shape)}")
 
 
-def poison(rt, name, x, err, kind):
+def poison(st, name, x, err, kind):
     """Send a failed request under `name` so the other ranks' matching collective fails with
     this rank's reason instead of waiting for it."""
     def check(_):
         raise err
     try:
-        host.submit(rt.global_state, kind, name, x, check=check)
+        host.submit(st, kind, name, x, check=check)
     except (DtypeError, InvalidArgumentError):
         pass
 

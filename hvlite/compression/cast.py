@@ -11,6 +11,7 @@ from hvlite import collectives
 from hvlite._core.kernels.cast import cast_into
 from hvlite.compression.base import Compressor, Then
 from hvlite.errors import DtypeError, InvalidArgumentError
+from hvlite.process_sets import global_process_set
 
 
 class NoCompression(Compressor):
@@ -25,9 +26,9 @@ class NoCompression(Compressor):
     def decompress(self, payload, ctx):
         return payload[0]
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         self.account(name, x.nbytes, x.nbytes, "allreduce", n)
-        return collectives.allreduce_async(x, op=op, name=name)
+        return collectives.allreduce_async(x, op=op, name=name, process_set=ps)
 
 
 def _bf16():
@@ -60,20 +61,20 @@ class Cast(Compressor):
     def decompress(self, payload, ctx):
         return cast(payload[0], np.dtype(ctx))
 
-    def _start(self, x, name, op, n):
+    def _start(self, x, name, op, n, ps):
         """x cast for the wire and its all-reduce started; `low` is ours alone, so it is
         reduced in place rather than into another new array."""
         low = cast(x, self.wire)
         self.account(name, x.nbytes, low.nbytes, "allreduce", n)
-        return collectives.allreduce_async_(low, op=op, name=name)
+        return collectives.allreduce_async_(low, op=op, name=name, process_set=ps)
 
-    def _reduce(self, x, name, op, n):
-        return Then([self._start(x, name, op, n)], lambda r: cast(r[0], x.dtype))
+    def _reduce(self, x, name, op, n, ps=global_process_set):
+        return Then([self._start(x, name, op, n, ps)], lambda r: cast(r[0], x.dtype))
 
-    def _reduce_into(self, x, name, op, n, out):
+    def _reduce_into(self, x, name, op, n, out, ps=global_process_set):
         """The result cast straight into `out`: no new array, no copy (x is cast before the
         handle exists, so out may be x)."""
-        return Then([self._start(x, name, op, n)], lambda r: cast_to(r[0], out))
+        return Then([self._start(x, name, op, n, ps)], lambda r: cast_to(r[0], out))
 
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)

@@ -9,6 +9,7 @@ from hvlite.compression.base import (Compressor, Then, check_headers, gathered_c
                                      seed_of)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average
+from hvlite.process_sets import global_process_set
 
 
 class Int8(Compressor):
@@ -48,12 +49,12 @@ class Int8(Compressor):
         c = self.options["chunk"]
         return q.astype(np.float32) * np.repeat(scale, c)[:q.size]
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         (scale, q), (shape, dtype) = self.compress(x, name)
         numel, sb = x.size, scale.nbytes
         blob = np.concatenate([header(numel), scale.view(np.uint8), q.view(np.uint8)])
         self.account(name, x.nbytes, blob.nbytes, "allgather", n)
-        h = collectives.allgather_async(blob, name=name)
+        h = collectives.allgather_async(blob, name=name, process_set=ps)
 
         def finish(res):
             chunks = gathered_chunks(res[0], n, blob.size, name, self.method)

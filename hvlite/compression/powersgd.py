@@ -15,6 +15,7 @@ from hvlite import collectives
 from hvlite.compression.base import Compressor, seed_of
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Sum
+from hvlite.process_sets import global_process_set
 from hvlite.work import ChainHandle
 
 
@@ -76,18 +77,18 @@ class PowerSGD(Compressor):
         P, Q = payload
         return (P @ Q.T).astype(dtype).reshape(shape)
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         if self.matrix_shape(x.shape) is None:
             self.account(name, x.nbytes, x.nbytes, "allreduce", n)
-            return collectives.allreduce_async(x, op=op, name=name)
+            return collectives.allreduce_async(x, op=op, name=name, process_set=ps)
         st, M, P = self._start(x, name)
         Q_bytes = st["q"].nbytes
         self.account(name, x.nbytes, P.nbytes + Q_bytes, "allreduce", n)
-        h = collectives.allreduce_async(P, name=name)          # Average
+        h = collectives.allreduce_async(P, name=name, process_set=ps)          # Average
 
         def finish(res):
             P = orthogonalize(res[0])
-            Q = collectives.allreduce(M.T @ P, name=name + ".Q")
+            Q = collectives.allreduce(M.T @ P, name=name + ".Q", process_set=ps)
             approx = P @ Q.T
             st["q"], st["e"] = Q, M - approx
             if op == Sum:

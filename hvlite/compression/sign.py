@@ -8,6 +8,7 @@ from hvlite import collectives
 from hvlite.compression.base import (Compressor, Then, check_headers, gathered_chunks, header)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average
+from hvlite.process_sets import global_process_set
 
 
 def pack(p):
@@ -64,12 +65,12 @@ class Sign(Compressor):
         shape, dtype = ctx
         return (unpack(bits, int(np.prod(shape)), dtype) * scale[0]).reshape(shape)
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         (scale, bits), (shape, dtype) = self.compress(x, name)
         numel, sb = x.size, scale.nbytes
         blob = np.concatenate([header(numel), scale.view(np.uint8), bits])
         self.account(name, x.nbytes, blob.nbytes, "allgather", n)
-        h = collectives.allgather_async(blob, name=name)
+        h = collectives.allgather_async(blob, name=name, process_set=ps)
 
         def finish(res):
             chunks = gathered_chunks(res[0], n, blob.size, name, self.method)

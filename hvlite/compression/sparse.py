@@ -14,6 +14,7 @@ from hvlite.compression.base import (Compressor, Then, check_headers, check_rati
                                      gathered_chunks, header, seed_of)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Average
+from hvlite.process_sets import global_process_set
 
 
 def index_dtype(numel):
@@ -84,12 +85,12 @@ class TopK(_Sparse):
         x, idx, vals = self._sparsify(x, name)
         return [idx.astype(index_dtype(x.size)), vals], (x.shape, x.dtype, None)
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         (idx, vals), (shape, dtype, _) = self.compress(x, name)
         numel = x.size
         blob = np.concatenate([header(numel), idx.view(np.uint8), vals.view(np.uint8)])
         self.account(name, x.nbytes, blob.nbytes, "allgather", n)
-        h = collectives.allgather_async(blob, name=name)
+        h = collectives.allgather_async(blob, name=name, process_set=ps)
         ib = idx.nbytes
 
         def finish(res):
@@ -119,10 +120,10 @@ class RandomK(_Sparse):
         x, idx, vals = self._sparsify(x, name)
         return [vals], (x.shape, x.dtype, idx)
 
-    def _reduce(self, x, name, op, n):
+    def _reduce(self, x, name, op, n, ps=global_process_set):
         (vals,), (shape, dtype, idx) = self.compress(x, name)
         self.account(name, x.nbytes, vals.nbytes, "allreduce", n)
-        h = collectives.allreduce_async(vals, op=op, name=name)
+        h = collectives.allreduce_async(vals, op=op, name=name, process_set=ps)
 
         def finish(res):
             out = np.zeros(x.size, dtype)

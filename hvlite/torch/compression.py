@@ -33,8 +33,8 @@ class TorchCompressor:
     def decompress(self, tensor, ctx):
         return tensor if ctx is None else tensor.to(ctx)
 
-    def allreduce_async(self, x, op, name, out=None):
-        return self.inner.allreduce_async(x, op=op, name=name, out=out)
+    def allreduce_async(self, x, op, name, out=None, process_set=None):
+        return self.inner.allreduce_async(x, op=op, name=name, out=out, process_set=process_set)
 
     def __call__(self, **options):
         return TorchCompressor(self.method, self.inner(**options))

@@ -87,6 +87,37 @@ def test_compression_fp16_through_torch():
                       else [f"rank {RANK}: fp16 compression gave {got}"])
 
 
+def test_compression_on_a_subset():
+    """hvd.allreduce and DistributedOptimizer with compression= on a process set (as Horovod
+    takes them): the members' mean, over the set's size. The values are exact in float16, so
+    the compressed results equal the plain ones bit for bit."""
+    members = list(range(1, N)) if N > 1 else [0]
+    ps = hvd.add_process_set(members)
+    failures = []
+    if ps.included():
+        x = torch.full((10,), 0.5 * (RANK + 1))
+        got = hvd.allreduce(x, compression=hvd.Compression.fp16, name="c16.sub", process_set=ps)
+        want = torch.full((10,), 0.5 * np.mean([r + 1 for r in members]))
+        if not (torch.equal(got, want) and got.dtype == torch.float32):
+            failures.append(f"rank {RANK}: subset fp16 allreduce gave {got[:3]}")
+        weights = []
+        for comp in (hvd.Compression.fp16, hvd.Compression.none):
+            model = torch.nn.Linear(3, 1, bias=False)
+            with torch.no_grad():
+                model.weight.fill_(1.0)
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                           named_parameters=model.named_parameters(),
+                                           compression=comp, process_set=ps)
+            model(torch.full((1, 3), float(RANK + 1))).sum().backward()
+            opt.step()
+            weights.append(model.weight.detach().clone())
+        want_w = torch.full((1, 3), 1.0 - np.mean([r + 1 for r in members]))
+        if not (torch.equal(weights[0], want_w) and torch.equal(weights[1], want_w)):
+            failures.append(f"rank {RANK}: subset optimizer fp16 {weights[0]}, plain {weights[1]}")
+    assert_everywhere(failures)
+    hvd.remove_process_set(ps)
+
+
 def test_a_bad_tensor_on_a_set_poisons_that_set_only():
     """Rank 0 passes a non-tensor on a set: the set's members fail, naming the problem, and a
     global collective under the same name, in flight meanwhile, is untouched."""
