@@ -78,12 +78,9 @@ class ArrayHandle(Handle):
         synchronize: the protocol's calls were a fifth of its time); an error goes the
         protocol's way."""
         if not self._settled:
-            p = self._pending
-            p.wait()
-            if p.status != _DONE:
+            if self._pending.settle() != _DONE:
                 return Handle.synchronize(self)
             self._value, self._settled = self._finish, True
-            p.release()
             self._pending = self._finish = None
         if self._error is not None:
             raise self._error

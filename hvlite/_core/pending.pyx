@@ -89,6 +89,16 @@ cdef class Pending:
             PyErr_CheckSignals()
         owner.sweep_done()          # what completed meanwhile (dropped handles) is let go now
 
+    def settle(self):
+        """wait(), then the status; the buffers are let go once it succeeded (an array
+        handle's synchronize in one call)."""
+        cdef int status
+        self.wait()
+        status = hv_load(&self.req.status)
+        if status == ST_DONE:
+            self.keep = None
+        return status
+
     @property
     def status(self):
         return hv_load(&self.req.status)
