@@ -493,12 +493,18 @@ def test_cached_synchronous_calls_take_the_express_round():
                 np.array_equal(ag, np.concatenate([np.arange(2, dtype=np.float32) + r for r in range(N)]))):
             failures.append(f"step {i}: {s} {avg} {bc} {ag}")
             break
-    took = c.express_rounds - before
-    if took < 0.9 * 5 * steps:      # a liveness ping may send one through the tables
-        failures.append(f"rank {RANK}: {took} of {5 * steps} cached calls took the express round")
-    if c.held() or c.in_flight():
-        failures.append(f"still held afterwards: {c.held()}")
+    _took_the_express_round(c, before, 5 * steps, "cached calls", failures)
     assert_everywhere(failures)
+
+
+def _took_the_express_round(c, before, calls, what, failures):
+    """Nearly all of `calls` took the express round (a liveness ping may send one through the
+    tables), and nothing is held afterwards."""
+    took = c.express_rounds - before
+    if took < 0.9 * calls:
+        failures.append(f"rank {RANK}: {took} of {calls} {what} took the express round")
+    if c.held() or c.in_flight():
+        failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
 
 
 def test_async_then_synchronize_takes_the_express_round():
@@ -525,11 +531,7 @@ def test_async_then_synchronize_takes_the_express_round():
         if not (got_a is y and same_bits(y, want) and same_bits(got_b, want)):
             failures.append(f"step {i}: {got_a} {got_b}")
             break
-    took = c.express_rounds - before
-    if took < 0.9 * 2 * steps:      # a liveness ping may send one through the tables
-        failures.append(f"rank {RANK}: {took} of {2 * steps} async calls took the express round")
-    if c.held() or c.in_flight():
-        failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
+    _took_the_express_round(c, before, 2 * steps, "async calls", failures)
     for i in range(10):
         ha = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.a")
         hb = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.b")
