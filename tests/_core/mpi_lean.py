@@ -497,11 +497,11 @@ def test_cached_synchronous_calls_take_the_express_round():
     assert_everywhere(failures)
 
 
-def _took_the_express_round(c, before, calls, what, failures):
-    """Nearly all of `calls` took the express round (a liveness ping may send one through the
-    tables), and nothing is held afterwards."""
+def _took_the_express_round(c, before, calls, what, failures, share=0.9):
+    """At least `share` of `calls` took the express round (a liveness ping may send one through
+    the tables), and nothing is held afterwards."""
     took = c.express_rounds - before
-    if took < 0.9 * calls:
+    if took < share * calls:
         failures.append(f"rank {RANK}: {took} of {calls} {what} took the express round")
     if c.held() or c.in_flight():
         failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
@@ -531,7 +531,9 @@ def test_async_then_synchronize_takes_the_express_round():
         if not (got_a is y and same_bits(y, want) and same_bits(got_b, want)):
             failures.append(f"step {i}: {got_a} {got_b}")
             break
-    _took_the_express_round(c, before, 2 * steps, "async calls", failures)
+    # a request the coordinator thread takes first (its grace ran out between a submit and
+    # the synchronize: a preempted caller) goes the general way
+    _took_the_express_round(c, before, 2 * steps, "async calls", failures, share=0.5)
     for i in range(10):
         ha = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.a")
         hb = hvd.allreduce_async(x, op=hvd.Sum, name="lean.q.b")
@@ -566,7 +568,9 @@ def test_an_express_round_that_does_not_come_back_clean():
         if RANK == 0:
             h = hvd.allreduce_async(x, op=hvd.Sum, name="lean.y.a")
             got_b = hvd.allreduce(x, op=hvd.Sum, name="lean.y.b")
-            if c.express_rounds != before:
+            # alone, rank 0's all-reduce may complete on the coordinator thread before the
+            # next call: then nothing is pending and the express round is right
+            if c.express_rounds != before and N > 1:
                 failures.append(f"step {i}: rank 0 took the express round with work pending")
             got_a = hvd.synchronize(h)
         else:
