@@ -101,15 +101,6 @@ def algorithm_code(algorithm, default, shm):
     return code
 
 
-_handles = []       # the handle class of the lean face's async calls (the host path registers it)
-
-
-def lean_handle(cls):
-    """The host path's handle class for the lean face's async all-reduces (registered once, at
-    its import: the state layer does not import the host path)."""
-    _handles[:] = [cls]
-
-
 def _ride_bytes(comm, s, model, nodes, shm):
     """Room for small all-reduces in the negotiation message. On one node with the shared
     segment none: a small shared-memory all-reduce costs less than the region's bytes add to
@@ -130,7 +121,7 @@ def _lean(Lean, st, default, shm):
         return algorithm_code(algorithm, default, shm)
 
     return Lean(st.coordinator, ReduceOp, global_process_set, st.rank, st.size, st.auto_name,
-                st.outputs, MIN_BYTES, code, st.algorithm_codes, _handles[0])
+                st.outputs, MIN_BYTES, code, st.algorithm_codes)
 
 
 class SetState:

@@ -9,13 +9,13 @@ and the public front door (hvlite.collectives) sit on top of this module.
 import numpy as np
 
 from hvlite import runtime
-from hvlite.process_sets import AUTO_MARK, algorithm_code, global_process_set, lean_handle, state_of
+from hvlite.process_sets import AUTO_MARK, algorithm_code, global_process_set, state_of
 from hvlite._core import codes as _codes
 from hvlite._core.submission import Submission
 from hvlite._core.codes import COLLECTIVES
 from hvlite._core.dtypes import code_of, supported_names
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
-from hvlite.work import Work
+from hvlite._core.pending import ArrayHandle, Handle  # noqa: F401  (the host path's handles)
 from hvlite.ops import Adasum, Average, as_op
 
 _exception, _DONE = _codes.exception, _codes.DONE
@@ -26,68 +26,6 @@ _KIND = dict(enumerate(COLLECTIVES))
 # Adasum's dot products and coefficients are defined on real vectors (Horovod's too).
 _ADASUM_DTYPES = frozenset(i for i, n in enumerate(_codes.DTYPES)
                            if n in ("float16", "bfloat16", "float32", "float64"))
-
-
-class Handle(Work):
-    """An in-flight collective. `poll()` says whether it finished; `synchronize()` waits and
-    returns its result (or raises what went wrong, on every rank involved). The runtime holds
-    the buffers it reads and writes until it completes, so dropping a handle is safe."""
-
-    __slots__ = ("_pending", "_finish", "name", "_where")
-
-    def __init__(self, pending, finish, name, where=""):
-        super().__init__()
-        self._pending, self._finish, self.name = pending, finish, name
-        self._where = where        # a process set's rank map, for messages that name ranks
-
-    def _ready(self):
-        return self._pending.poll()
-
-    def _block(self):
-        self._pending.wait()
-
-    def _collect(self):
-        p = self._pending
-        if p.status != _DONE:
-            raise _exception(p.error_kind, p.error + self._where, p.error_code)
-        return self._finish(p)
-
-    def _release(self):
-        self._pending.release()
-        self._pending = self._finish = None
-
-
-class ArrayHandle(Handle):
-    """A Handle whose result is an array known when it was submitted (an all-reduce's output)."""
-
-    __slots__ = ()
-
-    def __init__(self, pending, out, name):     # Work's and Handle's fields, set directly
-        self._settled = False
-        self._value = self._error = None
-        self._pending, self._finish, self.name, self._where = pending, out, name, ""
-
-    def _collect(self):
-        p = self._pending
-        if p.status != _DONE:
-            raise _exception(p.error_kind, p.error, p.error_code)
-        return self._finish
-
-    def synchronize(self):
-        """Work's protocol in one frame for a result that completed (an async 4 KiB call then
-        synchronize: the protocol's calls were a fifth of its time); an error goes the
-        protocol's way."""
-        if not self._settled:
-            if self._pending.settle() != _DONE:
-                return Handle.synchronize(self)
-            self._value, self._settled = self._finish, True
-            self._pending = self._finish = None
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-lean_handle(ArrayHandle)
 
 
 def _dtype_code(x, name, kind):

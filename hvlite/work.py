@@ -1,80 +1,10 @@
-"""One completion protocol for every handle hvlite returns (torch.distributed's `Work`).
-
-    h = hvd.allreduce_async(x)      # any collective, grouped call, device or torch handle
-    h.poll()                        # finished? never blocks
-    h.wait()                        # block until finished; never raises
-    h.synchronize()                 # wait, then the result, or raise what went wrong
-    h.result()                      # the same as synchronize()
-    h.exception()                   # wait, then the error (None when it succeeded)
-    h()                             # Horovod's sparse handles are called for the result
-
-A handle settles once: the result or the error is kept, and every later call returns or raises
-the same. Subclasses say only how to tell whether they are finished (`_ready`), how to block
-(`_block`), how to read the outcome (`_collect`) and what to let go of afterwards (`_release`).
-Dropping a handle is always safe: the runtime owns what the work reads and writes until it ends.
+"""One completion protocol for every handle hvlite returns (torch.distributed's `Work`): `Work`
+itself is compiled (hvlite/_core/pending.pyx, where the protocol is described); here are the handles
+made of other handles.
 """
 import threading
 
-
-class Work:
-    __slots__ = ("_settled", "_value", "_error", "__weakref__")
-
-    def __init__(self):
-        self._settled = False
-        self._value = self._error = None
-
-    # ---- what a kind of handle supplies ----------------------------------------------------
-    def _ready(self):
-        raise NotImplementedError
-
-    def _block(self):
-        raise NotImplementedError
-
-    def _collect(self):
-        raise NotImplementedError
-
-    def _release(self):
-        pass
-
-    # ---- the protocol ------------------------------------------------------------------------
-    def poll(self):
-        """True once the work has finished (successfully or not); never blocks."""
-        return self._settled or bool(self._ready())
-
-    def wait(self):
-        """Block until the work has finished; errors are raised by synchronize(), not here."""
-        if not self._settled:
-            self._block()
-        return True
-
-    def _settle(self):
-        self._block()
-        try:
-            self._value = self._collect()
-        except Exception as e:         # kept, and raised again on every later call
-            self._error = e
-        self._settled = True
-        self._release()
-
-    def synchronize(self):
-        """Wait, then return the result or raise the error (on every rank involved)."""
-        if not self._settled:
-            self._settle()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def result(self):
-        return self.synchronize()
-
-    def exception(self):
-        """Wait, then return the error the work ended with, or None."""
-        if not self._settled:
-            self._settle()
-        return self._error
-
-    def __call__(self):
-        return self.synchronize()
+from hvlite._core.pending import Work  # noqa: F401  (the protocol, for every handle kind)
 
 
 class Composite(Work):

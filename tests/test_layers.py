@@ -9,8 +9,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "hvlite"
 
 # Bottom-up. A module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("foundation", ["hvlite.errors", "hvlite.work", "hvlite.outputs"]),
-    ("core", ["hvlite._core"]),
+    ("foundation", ["hvlite.errors", "hvlite.outputs"]),
+    ("core", ["hvlite._core", "hvlite.work"]),
     ("tables", ["hvlite.ops", "hvlite.config", "hvlite.gpu.arrays", "hvlite.gpu.copy_engine",
                 "hvlite.gpu.staging", "hvlite.gpu.cuda_aware", "hvlite.gpu.ring"]),
     ("state", ["hvlite.process_sets", "hvlite.runtime"]),

@@ -139,6 +139,7 @@ cdef class Coordinator(Rounds):
     cdef vector[uint64_t] xbits
     cdef vector[Item] xitems
     cdef readonly int64_t express_rounds
+    cdef int64_t idle_turns           # the thread took the round lock and found nothing to run
 
     def __cinit__(self):
         hv_monitor_init(&self.qmon)
@@ -283,6 +284,37 @@ cdef class Coordinator(Rounds):
                 self._drive(req, req.submitted + WAIT_SLICE)
             self.ledger.sweep()
         return p
+
+    cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out):
+        """The lean face's asynchronous submit: submit()'s common case (a running coordinator,
+        the name not in flight) as one C call under one lock; anything else (a refusal, a name
+        to wait for) goes through submit() itself."""
+        cdef Py_ssize_t n
+        cdef const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n)
+        cdef Request* req = new Request()
+        cdef Pending p
+        cdef bint ok
+        try:
+            fill_request(req, s, utf8, n, inp, out, True)
+        except BaseException:
+            del req
+            raise
+        p = make_pending(req, &self.dmon, self, inp if out is inp else (inp, out))
+        self.ledger.track(p)        # held before the coordinator can see it (submit's rule)
+        hv_lock(&self.qmon)
+        ok = not self.dead and not self._in_flight(req.name)
+        if ok:
+            self.inflight.insert(req.name)
+            self.queue.push_back(req)
+            if not self.graced:
+                hv_notify_all(&self.qmon)
+        hv_unlock(&self.qmon)
+        if ok:
+            return p
+        self.ledger.live.discard(p)
+        p.req = NULL
+        del req
+        return self.submit(name, s, inp, out)
 
     def run_now(self, name, Submission s, cnp.ndarray inp, cnp.ndarray out):
         """A synchronous call (the lean face's: `name` a str) run on this thread now when
@@ -601,6 +633,7 @@ cdef class Coordinator(Rounds):
 
     def stats(self):
         return {"rounds": self.rounds, "slow_rounds": self.slow_rounds, "ridden": self.ridden,
+                "idle_turns": self.idle_turns,
                 "negotiate_seconds": self.negotiate_seconds, "own_seconds": self.own_seconds,
                 "cached_names": self.cache.slot_of.size(),
                 "cached_slots": sum(1 for s in range(self.cache.capacity)
@@ -614,8 +647,8 @@ cdef class Coordinator(Rounds):
     # ---- coordinator thread -----------------------------------------------------------------
 
     cdef void _loop(self) noexcept nogil:
-        cdef double start, remaining, until
-        cdef bint go, fresh
+        cdef double start, remaining, until, grace
+        cdef bint go, fresh, idle
         cdef sched_param batch
         batch.sched_priority = 0
         # On one node a submit's wake-up must not preempt the submitting thread (on a busy core
@@ -638,21 +671,39 @@ cdef class Coordinator(Rounds):
                 # Work submitted to an idle coordinator: a moment (more submits do not end it)
                 # for the submitting thread to wait on it and run the round itself, with no
                 # wake-up here and hand-back there (an async 4 KiB call, then synchronize).
-                until = hv_now() + (GRACE if GRACE < self.cycle_time else self.cycle_time)
+                grace = GRACE if GRACE < self.cycle_time else self.cycle_time
+                until = hv_now() + grace
                 self.graced = True
                 while not (self.stop_requested or self.finished):
                     remaining = until - hv_now()
                     if remaining <= 0:
-                        break
+                        # each request has its grace from its own submit: one queued since
+                        # the wake-up is likely the submit of a caller about to wait on it
+                        # (a loop of async calls then synchronize), whose round taken here
+                        # left the caller asleep on the round lock
+                        if self.queue.empty() or self.queue[0].submitted + grace <= hv_now():
+                            break
+                        until = self.queue[0].submitted + grace
+                        continue
                     hv_wait(&self.qmon, remaining)
                 self.graced = False
+                # the callers ran it all: no look under the round lock (a caller that found it
+                # held slept until it was let go)
+                idle = (self.queue.empty() and not (self.busy or self.kick
+                                                    or self.stop_requested or self.finished))
+            else:
+                idle = False
             hv_unlock(&self.qmon)
             if not go:
                 return
+            if idle:
+                continue
             hv_lock(&self.rmon)
             start = hv_now()
             if self._wanted():      # asked again under the lock: a caller may have run it already
                 self._step()
+            else:
+                self.idle_turns += 1
             self._release_round()
             hv_lock(&self.qmon)
             # between rounds, a pause of the cycle time (ended by a submit) gathers a burst of
@@ -800,7 +851,8 @@ cdef class Coordinator(Rounds):
                 wanted = self.watch.wanted > self.watch.clock
                 self._release_round()
             hv_lock(&self.qmon)
-            if wanted:
+            if wanted:          # the round the peer waits in is run at once, with no grace
+                self.kick = True
                 return
             pause = pause * 2 if pause < 25e-3 else 50e-3
 

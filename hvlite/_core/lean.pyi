@@ -15,8 +15,7 @@ class AutoNames:
 class Lean:
     def __init__(self, coordinator: Any, ops: type, process_set: Any, rank: int, size: int,
                  namer: AutoNames, outputs: Any, pooled: int,
-                 algorithm_code: Callable[[str | None], int], algorithms: dict,
-                 handle: Callable[[Any, Any, str], Any]) -> None: ...
+                 algorithm_code: Callable[[str | None], int], algorithms: dict) -> None: ...
     # The result (sync) or a handle (async); None: the general path takes the call.
     def allreduce(self, x: Any, op: Any, name: str | None, algorithm: str | None,
                   process_set: Any, inplace: bool) -> Any | None: ...

@@ -19,7 +19,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject, Py_REFCNT
 from hvlite._core.codes cimport *
 from hvlite._core.request cimport *
-from hvlite._core.pending cimport Pending
+from hvlite._core.pending cimport Pending, Rounds, array_handle
 from hvlite._core.submission cimport Submission
 from hvlite._core.codes import DTYPES as _DTYPES, exception as _exception
 from hvlite._core.dtypes import code_of as _code_of
@@ -90,8 +90,8 @@ cdef bint _free_like(PyObject* p, cnp.ndarray a):
 cdef class Lean:
     """One set's lean face (process_sets.SetState makes it; runtime.lean holds the global set's
     while a runtime runs). Its callables come from the layers above the core, which it does not
-    import: the op type, the set's namer and output pool, the algorithm= check, the handle."""
-    cdef object submit            # the set's Coordinator.submit
+    import: the op type, the set's namer and output pool, the algorithm= check."""
+    cdef Rounds coordinator       # the set's Coordinator (its post(): async calls)
     cdef object run_now           # and its Coordinator.run_now (synchronous calls)
     cdef object ops               # the reduction op type (hvlite.ops.ReduceOp)
     cdef object process_set       # the global set: other sets take the general path
@@ -106,15 +106,14 @@ cdef class Lean:
     cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
     cdef object algorithm_code    # algorithm= value -> its code (raises for a bad one)
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
-    cdef object handle            # (pending, out, name) -> the caller's handle
     cdef str mark                 # in every automatic name
     cdef Submission barrier_call  # every barrier's (an automatic name each time), made once
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
 
     def __init__(self, coordinator, ops, process_set, int rank, int size, AutoNames namer,
-                 outputs, Py_ssize_t pooled, algorithm_code, dict algorithms, handle):
+                 outputs, Py_ssize_t pooled, algorithm_code, dict algorithms):
         cdef int t
-        self.submit, self.run_now = coordinator.submit, coordinator.run_now
+        self.coordinator, self.run_now = coordinator, coordinator.run_now
         self.ops, self.process_set, self.pooled = ops, process_set, pooled
         self.rank, self.size = rank, size
         self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
@@ -125,7 +124,7 @@ cdef class Lean:
         self.rs_names, self.aa_names = namer.cycle("reducescatter"), namer.cycle("alltoall")
         self.barriers = namer.cycle("barrier")
         self.barrier_call = self._submission(C_BARRIER, 0, 0, 0, self.barriers.names[0])
-        self.algorithm_code, self.algorithms, self.handle = algorithm_code, algorithms, handle
+        self.algorithm_code, self.algorithms = algorithm_code, algorithms
         for t in range(TYPES):
             self.codes[t] = -1
         for n in _DTYPES:
@@ -253,10 +252,10 @@ cdef class Lean:
         if got is None:
             return None
         name, s, out = got
-        p = self.submit(name, s, x, out)
+        p = self.coordinator.post(name, s, x, out)
         if type(p) is tuple:
             raise _exception(*p)
-        return self.handle(p, out, name)
+        return array_handle(<Pending>p, out, name)
 
     # ---- the other synchronous collectives, the same way --------------------------------------
 

@@ -1,6 +1,8 @@
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+cimport numpy as cnp
 from hvlite._core.request cimport Request, hv_monitor
+from hvlite._core.submission cimport Submission
 
 cdef class OwnedBuffer:
     cdef char* ptr
@@ -10,6 +12,7 @@ cdef class OwnedBuffer:
 cdef class Rounds:
     cdef void drive_for(self, Request* req, double seconds) noexcept nogil
     cdef int sweep_done(self) except -1
+    cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out)
 
 cdef class Pending:
     cdef Request* req
@@ -18,6 +21,8 @@ cdef class Pending:
     cdef object keep           # the buffers the request reads and writes, until it completes
 
     cdef bint pending(self) noexcept
+    cdef int wait_c(self) except -1
+    cdef int settle_c(self) except -1
 
 cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object keep)
 
@@ -33,3 +38,22 @@ cdef class Ledger:
     cdef Pending dropped(self, const string& name, bint any_handle)
 
 cdef Ledger make_ledger(hv_monitor* mon)
+
+# The completion protocol (every handle hvlite returns derives from Work) and a request's handles.
+cdef class Work:
+    cdef public bint _settled
+    cdef public object _value
+    cdef public object _error
+    cdef object __weakref__
+
+cdef class Handle(Work):
+    cdef public Pending _pending
+    cdef public object _finish
+    cdef public object name
+    cdef public str _where
+
+cdef class ArrayHandle(Handle):
+    pass
+
+# An async all-reduce's handle, its result `out` (the lean face's, without a Python call).
+cdef ArrayHandle array_handle(Pending p, object out, str name)

@@ -1,6 +1,7 @@
 """Submission: the options of one collective as a rank submits it (codes from codes.h), so
 Coordinator.submit takes a name, this and the buffers instead of a dozen positional values."""
 # distutils: language = c++
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
@@ -9,6 +10,7 @@ from hvlite._core.request cimport *
 cnp.import_array()
 
 
+@cython.freelist(16)
 cdef class Submission:
     def __init__(self, int collective, int dtype=0, int op=0, int root=0, int algorithm=0,
                  shape=None, splits=None, error=None, bint inline=False, bint reused=False):
