@@ -127,6 +127,7 @@ cdef class Coordinator(Rounds):
     cdef int doing_at               # -1 negotiation, -2 the all-reduces, k items[k]
     cdef Ledger ledger              # every Pending whose request may still be in flight
     cdef Pending spare              # run_now's, made ahead (its req NULL until given out)
+    cdef vector[Request*] used      # completed requests let go by their Pendings, for post() (GIL)
     cdef Request* spare_req         # run_now's request, filled again by the next call once it
                                     # completed in its own round (NULL: given to a Pending)
     cdef Request* now_req           # run_now's request for the round it runs (rmon held)
@@ -202,6 +203,8 @@ cdef class Coordinator(Rounds):
 
     def __dealloc__(self):
         del self.spare_req
+        for req in self.used:
+            del req
         watch_free(&self.watch)
         context_free(&self.ctx)
         fusion_free(&self.fusion)
@@ -291,9 +294,14 @@ cdef class Coordinator(Rounds):
         to wait for) goes through submit() itself."""
         cdef Py_ssize_t n
         cdef const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n)
-        cdef Request* req = new Request()
+        cdef Request* req
         cdef Pending p
         cdef bint ok
+        if self.used.empty():
+            req = new Request()
+        else:       # one a Pending let go of: its strings and vectors keep their room
+            req = self.used.back()
+            self.used.pop_back()
         try:
             fill_request(req, s, utf8, n, inp, out, True)
         except BaseException:
@@ -379,6 +387,13 @@ cdef class Coordinator(Rounds):
             free(req.result)
             req.result = NULL
             self._spare(req)
+
+    cdef void recycle(self, Request* req) noexcept:
+        """(GIL) A completed request its Pending let go of: kept for post() (a few), else freed."""
+        if self.used.size() < 64:
+            self.used.push_back(req)
+        else:
+            del req
 
     cdef void _spare(self, Request* req):
         """Keep a request no one holds for the next run_now (one kept; any other is freed)."""

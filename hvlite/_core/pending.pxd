@@ -13,6 +13,7 @@ cdef class Rounds:
     cdef void drive_for(self, Request* req, double seconds) noexcept nogil
     cdef int sweep_done(self) except -1
     cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out)
+    cdef void recycle(self, Request* req) noexcept
 
 cdef class Pending:
     cdef Request* req

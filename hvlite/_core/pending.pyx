@@ -62,6 +62,10 @@ cdef class Rounds:
         lean face's async calls, as C calls)."""
         raise NotImplementedError
 
+    cdef void recycle(self, Request* req) noexcept:
+        """(GIL) A completed request no Pending holds any more (its result already freed)."""
+        del req
+
 
 @cython.freelist(16)
 cdef class Pending:
@@ -198,7 +202,11 @@ cdef class Pending:
             return
         hv_unlock(self.mon)
         free(self.req.result)
-        del self.req
+        self.req.result = NULL
+        if self.owner is not None:
+            self.owner.recycle(self.req)
+        else:
+            del self.req
 
 
 cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object keep):
