@@ -330,6 +330,33 @@ def test_compression_on_a_subset(method, op):
     assert_everywhere(failures)
 
 
+@pytest.mark.parametrize("method", ["topk", "sign"])
+def test_a_compressors_state_is_kept_per_set(method):
+    """One stateful compressor used under one tensor name on the global set and on every set
+    this rank is in (as one optimizer's compressor would be) keeps a residual per set: each
+    set's results and residuals are those of a compressor used on that set alone, bit for bit.
+    Sharing one residual across sets fed one set's error into another's gradient."""
+    make = {"topk": lambda: hvd.Compression.topk(ratio=0.25, momentum=0.5),
+            "sign": lambda: hvd.Compression.sign(momentum=0.5)}[method]
+    shared = make()
+    sets = [hvd.global_process_set] + [ps for ps in SETS if RANK in ps.ranks]
+    alone = [make() for _ in sets]
+    failures = []
+    for step in range(3):
+        for k, ps in enumerate(sets):
+            g = np.random.default_rng([RANK, step, k]).standard_normal(64).astype(np.float32)
+            got = hvd.allreduce(g, op=hvd.Sum, name=f"c.state.{method}", process_set=ps,
+                                compression=shared)
+            want = hvd.allreduce(g, op=hvd.Sum, name=f"c.alone.{method}", process_set=ps,
+                                 compression=alone[k])
+            if got.tobytes() != want.tobytes():
+                failures.append(f"step {step}, set {ps.ranks}: {got[:3]} against {want[:3]}")
+            ra, rb = shared.residual(f"c.state.{method}", ps), alone[k].residual(f"c.alone.{method}", ps)
+            if ra is None or rb is None or ra.tobytes() != rb.tobytes():
+                failures.append(f"step {step}, set {ps.ranks}: the residuals differ")
+    assert_everywhere(failures)
+
+
 def test_static_sets_without_dynamic_after_reinit():
     """Last: shut down, re-initialize without dynamic sets; static sets still work, adding or
     removing is refused, and the old sets are gone."""

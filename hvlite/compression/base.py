@@ -1,5 +1,6 @@
 """The Compressor interface and what every method shares: argument checks, error feedback
-state keyed by tensor name, the handle that decompresses on synchronize, byte accounting.
+state keyed by tensor name on each process set, the handle that decompresses on synchronize,
+byte accounting.
 
 A method turns a gradient into a payload (the arrays that go on the wire) and a context (what
 only this rank needs to decode it):
@@ -12,6 +13,7 @@ only this rank needs to decode it):
 sparse and packed ones are all-gathered and summed on every rank in rank order (so every rank
 ends with the same bits).
 """
+import threading
 import time
 import zlib
 
@@ -86,9 +88,28 @@ class Compressor:
     lossy = True                  # refuses integer tensors and ops other than Sum/Average
     first_kind = collectives.ALLREDUCE   # the collective a method starts with, under `name`
 
+    state_maps = 1                # per-tensor state dicts a set's state has (sign: 2)
+
     def __init__(self, **options):
         self.options = options
-        self.state = {}           # tensor name -> method state (residual, Q, step count)
+        # Per-tensor state (residual, Q, step count) of each process set: one tensor name on two
+        # sets is two tensors. The global set's under None, another's under its ProcessSet.
+        self._sets = {}
+        self._scope = threading.local()     # the set the current call on this thread runs on
+
+    def _maps(self, process_set=None):
+        """The set's state dicts (tensor name -> state), made at first use."""
+        key = None if process_set is None or process_set is global_process_set else process_set
+        maps = self._sets.get(key)
+        if maps is None:
+            maps = self._sets.setdefault(key, tuple({} for _ in range(self.state_maps)))
+        return maps
+
+    @property
+    def state(self):
+        """Tensor name -> this method's state, on the set the current call runs on (outside a
+        call: the global set's)."""
+        return self._maps(getattr(self._scope, "set", None))[0]
 
     def __call__(self, **options):
         """A fresh compressor of this kind with these options (and its own state)."""
@@ -156,23 +177,28 @@ class Compressor:
             poison(st, label, x, e, self.first_kind)
             raise
         t0 = time.perf_counter()
-        saved = self._save(label) if self.stateful else None
+        outer = getattr(self._scope, "set", None)
+        self._scope.set = ps        # the state the method reads and writes now is the set's
         try:
-            if out is None:
-                h = self._reduce(x, label, as_op(op), st.size, ps)
-            else:
-                h = self._reduce_into(x, label, as_op(op), st.size, out, ps)
-        except BaseException:
-            if self.stateful:
-                self._restore(saved)
-            raise
+            saved = self._save(label) if self.stateful else None
+            try:
+                if out is None:
+                    h = self._reduce(x, label, as_op(op), st.size, ps)
+                else:
+                    h = self._reduce_into(x, label, as_op(op), st.size, out, ps)
+            except BaseException:
+                if self.stateful:
+                    self._restore(saved)
+                raise
+        finally:
+            self._scope.set = outer
         _stats.span(rt, self.method, label, t0)
         return Undone(h, lambda: self._restore(saved)) if self.stateful else h
 
     # -- error-feedback state, kept in step across ranks
     def _state_maps(self):
-        """The dicts that hold per-tensor state (name -> state)."""
-        return (self.state,)
+        """The dicts that hold per-tensor state (name -> state) on the current call's set."""
+        return self._maps(getattr(self._scope, "set", None))
 
     def _save(self, name):
         """`name`'s state as it is now. The methods replace arrays instead of writing into

@@ -33,9 +33,9 @@ class PowerSGD(Compressor):
             raise InvalidArgumentError(f"powersgd: rank must be an integer >= 1, got {rank!r}")
         super().__init__(rank=int(rank), min_compression=min_compression, seed=seed)
 
-    def residual(self, name):
-        """This tensor's error-feedback residual (as its matrix), or None."""
-        st = self.state.get(name)
+    def residual(self, name, process_set=None):
+        """This tensor's error-feedback residual (as its matrix) on the set, or None."""
+        st = self._maps(process_set)[0].get(name)
         return None if st is None else st["e"]
 
     def matrix_shape(self, shape):

@@ -26,12 +26,16 @@ class Sign(Compressor):
     method = "sign"
     stateful = True
     first_kind = collectives.ALLGATHER
+    state_maps = 2      # the residual and, with momentum, the velocity
 
     def __init__(self, momentum=0.0):
         if not 0.0 <= momentum < 1.0:
             raise InvalidArgumentError(f"sign: momentum must be in [0, 1), got {momentum!r}")
         super().__init__(momentum=momentum)
-        self.velocity = {}
+
+    @property
+    def velocity(self):
+        return self._state_maps()[1]
 
     def _momentum(self, g, name):
         """With momentum, the residual accumulates a local velocity (use SGD without momentum)."""
@@ -43,11 +47,8 @@ class Sign(Compressor):
         self.velocity[name] = u
         return u
 
-    def residual(self, name):
-        return self.state.get(name)
-
-    def _state_maps(self):
-        return (self.state, self.velocity)
+    def residual(self, name, process_set=None):
+        return self._maps(process_set)[0].get(name)
 
     def compress(self, x, name):
         x = np.asarray(x)

@@ -29,9 +29,10 @@ def count(ratio, numel):
 class _Sparse(Compressor):
     stateful = True
 
-    def residual(self, name):
-        """This tensor's error-feedback residual (flat), or None before its first step."""
-        st = self.state.get(name)
+    def residual(self, name, process_set=None):
+        """This tensor's error-feedback residual (flat) on the set, or None before its first
+        step there."""
+        st = self._maps(process_set)[0].get(name)
         return None if st is None else st["v"]
 
     def _accumulate(self, g, name):
