@@ -255,19 +255,7 @@ cdef class Coordinator(Rounds):
             # still let go of by the next sweep
             p = make_pending(req, &self.dmon, self, (inp, out))
             self.ledger.track(p)
-            hv_lock(&self.qmon)
-            if self.dead:
-                problem = 1
-            elif self._in_flight(cname):    # another thread took the name meanwhile
-                problem = 2
-            else:
-                self.inflight.insert(cname)
-                self.queue.push_back(req)
-                # no wake-up for a thread waiting out its grace (it would only wait again): an
-                # async call then synchronize paid a futex wake and a context switch a call
-                if not inline and not self.graced:
-                    hv_notify_all(&self.qmon)
-            hv_unlock(&self.qmon)
+            problem = self._enqueue(req, inline)   # another thread may have taken the name
             if problem:
                 self.ledger.live.discard(p)
                 p.req = NULL            # never queued: freed here, not by the Pending
@@ -305,24 +293,35 @@ cdef class Coordinator(Rounds):
         try:
             fill_request(req, s, utf8, n, inp, out, True)
         except BaseException:
-            del req
+            self.recycle(req)
             raise
         p = make_pending(req, &self.dmon, self, inp if out is inp else (inp, out))
         self.ledger.track(p)        # held before the coordinator can see it (submit's rule)
-        hv_lock(&self.qmon)
-        ok = not self.dead and not self._in_flight(req.name)
-        if ok:
-            self.inflight.insert(req.name)
-            self.queue.push_back(req)
-            if not self.graced:
-                hv_notify_all(&self.qmon)
-        hv_unlock(&self.qmon)
-        if ok:
+        if self._enqueue(req, False) == 0:
             return p
         self.ledger.live.discard(p)
         p.req = NULL
-        del req
+        self.recycle(req)
         return self.submit(name, s, inp, out)
+
+    cdef int _enqueue(self, Request* req, bint inline) noexcept:
+        """Queue `req` under the queue's lock: 0, or 1 for a dead coordinator, 2 for its name
+        in flight here (nothing queued)."""
+        cdef int problem = 0
+        hv_lock(&self.qmon)
+        if self.dead:
+            problem = 1
+        elif self._in_flight(req.name):
+            problem = 2
+        else:
+            self.inflight.insert(req.name)
+            self.queue.push_back(req)
+            # no wake-up for a thread waiting out its grace (it would only wait again): an
+            # async call then synchronize paid a futex wake and a context switch a call
+            if not inline and not self.graced:
+                hv_notify_all(&self.qmon)
+        hv_unlock(&self.qmon)
+        return problem
 
     def run_now(self, name, Submission s, cnp.ndarray inp, cnp.ndarray out):
         """A synchronous call (the lean face's: `name` a str) run on this thread now when

@@ -52,6 +52,7 @@ cdef class Handle(Work):
     cdef public object _finish
     cdef public object name
     cdef public str _where
+    cdef int _raise_failure(self) except -1
 
 cdef class ArrayHandle(Handle):
     pass

@@ -369,8 +369,7 @@ cdef class Handle(Work):
     the buffers it reads and writes until it completes, so dropping a handle is safe."""
 
     def __init__(self, Pending pending, finish, name, str where=""):
-        self._settled = False
-        self._value = self._error = None
+        # (Work's fields start unsettled: a new object's are False and None)
         self._pending, self._finish, self.name = pending, finish, name
         self._where = where        # a process set's rank map, for messages that name ranks
 
@@ -380,11 +379,16 @@ cdef class Handle(Work):
     def _block(self):
         self._pending.wait_c()
 
-    def _collect(self):
+    cdef int _raise_failure(self) except -1:
+        """Raise the request's error when it did not succeed."""
         cdef Pending p = self._pending
         if p.req.status != ST_DONE:
             raise _exception(p.req.error_kind, p.error + self._where, p.req.error_code)
-        return self._finish(p)
+        return 0
+
+    def _collect(self):
+        self._raise_failure()
+        return self._finish(self._pending)
 
     def _release(self):
         self._pending.release()
@@ -398,9 +402,7 @@ cdef class ArrayHandle(Handle):
     `_finish` is that array."""
 
     def _collect(self):
-        cdef Pending p = self._pending
-        if p.req.status != ST_DONE:
-            raise _exception(p.req.error_kind, p.error, p.req.error_code)
+        self._raise_failure()
         return self._finish
 
     def synchronize(self):

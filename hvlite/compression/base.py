@@ -109,7 +109,7 @@ class Compressor:
     def state(self):
         """Tensor name -> this method's state, on the set the current call runs on (outside a
         call: the global set's)."""
-        return self._maps(getattr(self._scope, "set", None))[0]
+        return self._state_maps()[0]
 
     def __call__(self, **options):
         """A fresh compressor of this kind with these options (and its own state)."""
