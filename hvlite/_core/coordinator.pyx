@@ -23,7 +23,7 @@ from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.execute.context cimport Context
-from hvlite._core.execute.dispatch cimport context_init, context_free, calibration_table
+from hvlite._core.execute.dispatch cimport context_init, context_free, calibration_table, auto_choice
 from hvlite._core.tuning.calibrate cimport Calibration
 from hvlite._core.negotiation.cache cimport *
 from hvlite._core.negotiation.wire cimport *
@@ -32,7 +32,9 @@ from hvlite._core.negotiation.controller cimport table_init, controller_respond
 from hvlite._core.negotiation.stall cimport Stall, stall_init, stall_due
 from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, submission_message
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
-from hvlite._core.shm.segment cimport shm_and_words, shm_beats, shm_sleepers
+from hvlite._core.shm.segment cimport (shm_and_words, shm_beats, shm_sleepers, shm_preload_room,
+                                       shm_preload, shm_arm_preload, shm_disarm)
+from hvlite._core.shm.copy cimport SHM_COPY_MAX, shm_allgather_carry, shm_alltoall_carry
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
 from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down, malformed_response
@@ -547,12 +549,13 @@ cdef class Coordinator(Rounds):
         that a wake-up ended (the others timed out to poll the liveness watch, or found the
         word moved already); `woke`, the barriers where this rank, arriving last, found peers
         asleep on it and woke them. Read between rounds."""
-        cdef long long slept, woken, woke
+        cdef long long slept, woken, woke, carried
         with nogil:
             hv_lock(&self.rmon)
             slept, woken, woke = self.ctx.shm.slept, self.ctx.shm.woken, self.ctx.shm.woke
+            carried = self.ctx.shm.carried
             self._release_round()
-        return {"slept": slept, "woken": woken, "woke": woke}
+        return {"slept": slept, "woken": woken, "woke": woke, "carried": carried}
 
     def _sleepers(self):
         """Tests only: how many of the node's threads are asleep on this rank's barrier epoch now
@@ -968,6 +971,7 @@ cdef class Coordinator(Rounds):
         cdef double t0
         cdef uint64_t flags, want = SLOW_FLAGS | FLAG_NOT_JOINED
         cdef bint clean
+        cdef size_t carried
         cdef vector[Item] items
         if self.ride.dirty:
             rides_layout(&self.ride, &self.cache)
@@ -977,8 +981,10 @@ cdef class Coordinator(Rounds):
         bits_mark_ready(self.xbits, slot)
         if self.ride.at[slot] >= 0:
             rides_board(&self.ride, self.ride.at[slot], req.input)
+        carried = self._carry(req)
         bits_set_flags(self.xbits, W, FLAG_NO_MISSES | FLAG_NOT_STOPPING | FLAG_NO_STALL |
-                       FLAG_NOT_JOINED | (0 if self.tune.publish else FLAG_NO_TUNE))
+                       FLAG_NOT_JOINED | (0 if self.tune.publish else FLAG_NO_TUNE) |
+                       (FLAG_CARRIED if carried else 0))
         self.xreq = req
         err = self._agree(self.xbits, W, False)
         flags = bits_flags(self.xbits, W)
@@ -1005,12 +1011,56 @@ cdef class Coordinator(Rounds):
         # other rounds (two reads were 8% of a barrier on one rank)
         self.doing_items = &self.xitems
         self.doing_at = -1
+        if flags & FLAG_CARRIED:    # every rank's part is in its slot: the vote's barrier was the data's
+            shm_arm_preload(&self.ctx.shm, self.ride.nwords, carried)
         self._run_ready(self.xitems, True, 0, 0)
+        shm_disarm(&self.ctx.shm)   # (unused where the collective went another way: alike everywhere)
         self.doing_items = NULL
         self.xreq = NULL
         if hv_load(&req.status) == ST_PENDING:     # not completed (this rank failed, a peer was
             self._materialize(req)                  # lost): failed below with anything else
         return self._ran_into_failure()
+
+    cdef size_t _carry(self, Request* req) noexcept nogil:
+        """On one node, the express round's data ride with its vote where the collective's first
+        step would copy them into the node's slots and take a barrier: an all-reduce small enough
+        for every rank to reduce every slot, a broadcast's root, an allgather (its count, then
+        its rows), an alltoall whose parts fit one round. This rank's part goes into its slot
+        beside the vote now (shm_preload) and the vote says so (FLAG_CARRIED); when every rank's
+        does, the collective reads the slots the vote's barrier published and takes no barrier
+        of its own: one barrier a call instead of two. Returns what the collective looks for
+        (0: nothing rides). Each rank decides for itself; where one's differs, the agreed flag
+        is clear and nothing rides anywhere."""
+        cdef Meta* m = &req.meta
+        cdef size_t nbytes
+        cdef int64_t rows = m.shape[0] if m.shape.size() else 1
+        cdef vector[int64_t] splits
+        if not self.node_agree or not 0 <= m.dtype < DT_COUNT or not m.error.empty():
+            return 0
+        nbytes = item_count(m[0]) * dtype_size(m.dtype)
+        if nbytes == 0 or nbytes > shm_preload_room(&self.ctx.shm, self.ride.nwords):
+            return 0
+        if m.collective == C_ALLREDUCE:
+            if (not self.ctx.shm_ok or m.op == OP_ADASUM or nbytes > self.ctx.shm.redundant_max
+                    or not (m.algorithm == ALG_SHM or m.algorithm == ALG_HIERARCHICAL
+                            or m.algorithm == ALG_AUTO and auto_choice(
+                                &self.ctx, nbytes, self.cache.metas[req.slot].apart) == ALG_SHM)):
+                return 0        # (auto: where its pick, or the model's guess, is another)
+            shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
+        elif m.collective == C_BROADCAST and self.node_copies and nbytes < SHM_COPY_MAX:
+            shm_preload(&self.ctx.shm, self.ride.nwords, 0,
+                        req.input if m.root == self.ctx.shm.me else NULL, nbytes)
+        elif m.collective == C_ALLGATHER and self.node_copies:
+            return shm_allgather_carry(&self.ctx.shm, self.ride.nwords, req.input, rows, nbytes)
+        elif m.collective == C_ALLTOALL and self.node_copies:
+            splits = req.splits         # as mpi_collectives' run_item takes them
+            if splits.empty():
+                splits.assign(self.ctx.size, rows // self.ctx.size)
+            return shm_alltoall_carry(&self.ctx.shm, self.ride.nwords, req.input, rows, splits,
+                                      nbytes // <size_t>rows)
+        else:
+            return 0
+        return nbytes
 
     cdef int _ran_into_failure(self) noexcept nogil:
         """After a round's collectives: 1 (everything failed) when this rank failed alone in

@@ -507,6 +507,86 @@ def _took_the_express_round(c, before, calls, what, failures, share=0.9):
         failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
 
 
+def test_the_express_rounds_data_ride_with_its_vote():
+    """On one node, the express round's all-reduce (in place and out of place, every op and
+    dtype kind the segment reduces), broadcast (from each root), allgather and alltoall (equal
+    parts, and splits) put this rank's
+    data beside the vote, and the collective reads them where the vote's barrier published
+    them: one barrier a call, not two (shm_waits()["carried"] counts them). Each result exact
+    and the same bits on every rank, sizes 1, odd and a slot's worth; a call that does not fit
+    beside the vote, and one with algorithm='ring', take their own barrier as before.
+    (algorithm='shm': auto's data ride only where it picks shm.)"""
+    if N == 1 or not hvd._current().shm_info["available"]:
+        pytest.skip("no peers on a shared segment")
+    c = _coordinator()
+    failures = []
+    cases = []
+    for dtype in (np.float32, np.float64, np.int32, np.float16, np.uint8):
+        for size in (1, 7, 1025):
+            x = ((np.arange(size) % 5) + RANK).astype(dtype)
+            g = np.stack([((np.arange(size) % 5) + r).astype(dtype) for r in range(N)])
+            for op, want in ((hvd.Sum, g.sum(0, dtype=dtype)), (hvd.Max, g.max(0)),
+                             (hvd.Min, g.min(0))):
+                cases.append((x, op, want.astype(dtype), f"{np.dtype(dtype).name}.{size}.{op}"))
+    xa = np.arange(999, dtype=np.float32) + RANK
+    avg = (sum(np.arange(999, dtype=np.float32) + r for r in range(N)) / np.float32(N))
+    b = np.arange(513, dtype=np.float64) * (RANK + 1)
+    rows = np.full((3, 5), RANK, np.int16)
+    parts = np.concatenate([np.full((2, 3), 10 * RANK + j, np.float32) for j in range(N)])
+    uneven = np.full(N * (N + 1) // 2, RANK, np.int64)
+
+    def step():
+        got = []
+        for x, op, want, name in cases:
+            y = x.copy()
+            hvd.allreduce_(y, op=op, name=f"ride.in.{name}", algorithm="shm")
+            got.append((y, want, name))
+            got.append((hvd.allreduce(x, op=op, name=f"ride.out.{name}", algorithm="shm"), want,
+                        name))
+        got.append((hvd.allreduce(xa, name="ride.avg"), None, "average"))
+        for root in range(N):
+            got.append((hvd.broadcast(b, root_rank=root, name=f"ride.bc.{root}"),
+                        np.arange(513, dtype=np.float64) * (root + 1), f"broadcast from {root}"))
+        got.append((hvd.allgather(rows, name="ride.ag"),
+                    np.concatenate([np.full((3, 5), r, np.int16) for r in range(N)]), "allgather"))
+        got.append((hvd.alltoall(parts, name="ride.a2a"),
+                    np.concatenate([np.full((2, 3), 10 * r + RANK, np.float32) for r in range(N)]),
+                    "alltoall"))
+        out, recv = hvd.alltoall(uneven, splits=list(range(1, N + 1)), name="ride.a2a.uneven")
+        got.append((out, np.concatenate([np.full((RANK + 1,), r, np.int64) for r in range(N)]),
+                    "alltoall with splits"))
+        return got
+
+    step()                       # every name cached
+    calls = len(step()) - 1      # (auto's average rides only where auto picks shm)
+    before = c.shm_waits()["carried"]
+    steps = 5
+    for i in range(steps):
+        for got, want, name in step():
+            if want is not None and not same_bits(got, want):
+                failures.append(f"step {i}, {name}: {got[:4]} against {want[:4]}")
+            elif want is None:
+                assert_identical_everywhere(got, f"step {i}, {name}")
+                if not np.allclose(got, avg):
+                    failures.append(f"step {i}, {name}: {got[:4]} against {avg[:4]}")
+    carried = c.shm_waits()["carried"] - before
+    # a liveness ping may send a round through the tables now and then
+    if carried < 0.9 * steps * calls:
+        failures.append(f"rank {RANK}: {carried} of {steps * calls} cached calls carried their "
+                        f"data with the vote")
+    big = np.ones(hvd._current().shm_info["redundant_bytes"] // 4 + 17, np.float32)
+    for i in range(3):
+        before = c.shm_waits()["carried"]
+        s = hvd.allreduce(big, op=hvd.Sum, name="ride.big")
+        r = hvd.allreduce(xa, op=hvd.Sum, name="ride.ring", algorithm="ring")
+        if i and c.shm_waits()["carried"] != before:
+            failures.append(f"rank {RANK}: a call too large to ride, or for the ring, carried")
+        if not (np.all(s == N) and np.array_equal(r, sum(np.arange(999, dtype=np.float32) + q
+                                                         for q in range(N)))):
+            failures.append(f"rank {RANK}: the large or the ring's result")
+    assert_everywhere(failures)
+
+
 def test_async_then_synchronize_takes_the_express_round():
     """An async call whose name the cache holds, then synchronize() with nothing else queued or
     pending: the waiting thread takes it out of the queue into the express round

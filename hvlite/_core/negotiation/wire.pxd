@@ -99,6 +99,8 @@ cdef enum:
     FLAG_ALL_JOINED = 8
     FLAG_NO_TUNE = 16        # rank 0 clears it to publish a new autotune setting
     FLAG_NOT_JOINED = 32     # cleared by a joined rank: its riding data are not real (negotiation/agree.pyx)
+    FLAG_CARRIED = 64        # one node, an express round: this rank's part of the collective's first
+                             # copy-in is in its slot beside the vote (shm_preload; agreed: all did)
     SLOW_FLAGS = 1 | 2 | 4 | 16
 
 cdef inline void bits_reset(vector[uint64_t]& b, int W) noexcept nogil:

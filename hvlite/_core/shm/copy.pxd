@@ -16,6 +16,15 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
 cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_bytes,
                        char** result, int64_t* total_rows, vector[int64_t]& all_rows,
                        bint same_rows, char* into, size_t into_bytes) noexcept nogil
+# An allgather's part that rides with the express round's vote of n words (segment.pxd's
+# shm_preload): its count, then its `nbytes` of rows. Returns what shm_allgather then looks for
+# (shm_preloaded), 0 where they do not fit beside the vote.
+cdef size_t shm_allgather_carry(ShmArea* a, int n, const char* input, int64_t rows,
+                                size_t nbytes) noexcept nogil
+# An alltoall's splits and parts that ride with the vote, laid out as shm_alltoall's slot;
+# nonzero where every part fits one round there (splits as shm_alltoall takes them).
+cdef size_t shm_alltoall_carry(ShmArea* a, int n, const char* input, int64_t rows,
+                               const vector[int64_t]& splits, size_t row_bytes) noexcept nogil
 # This rank's `rows` rows in `splits` parts, part j to rank j (mpi_collectives' alltoall); the result
 # allocated here at its final size, recv_splits[r] the rows rank r sent here. HV_ERR_SHM (every
 # rank, before any exchange): the slots are too small for a part per rank; take MPI's path.

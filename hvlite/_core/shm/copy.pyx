@@ -13,7 +13,8 @@ from hvlite._core.memory cimport result_into
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
-from hvlite._core.shm.segment cimport ShmArea, shm_slot, shm_barrier
+from hvlite._core.shm.segment cimport (ShmArea, shm_slot, shm_barrier, shm_preloaded, shm_carried,
+                                       shm_preload, shm_preload_room)
 from hvlite._core.codes cimport HV_ERR_COUNT, HV_ERR_SHM, nomem
 from hvlite._core.request cimport splits_fit
 
@@ -25,6 +26,10 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
     """buf of rank `root` (its index on the node) into everyone's buf, segment by segment."""
     cdef size_t off = 0, n
     cdef int p, err
+    if shm_preloaded(a, nbytes):        # the root's bytes rode with the vote
+        if a.me != root:
+            memcpy(buf, shm_carried(a, root), nbytes)
+        return 0
     while off < nbytes:
         n = nbytes - off if nbytes - off < a.seg else a.seg
         p = (a.epoch + 1) & 1
@@ -50,18 +55,24 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     it: one barrier in all (a small allgather took two)."""
     cdef int r, p, err
     cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b, room = a.seg - HEAD
+    cdef size_t base = 0        # where the count lies in a slot (further in where it rode)
     cdef char* out = NULL
     cdef vector[size_t] at
     all_rows.resize(a.L)
-    p = (a.epoch + 1) & 1
-    memcpy(shm_slot(a, a.me, p), &rows, sizeof(int64_t))
-    if mine <= room:
-        memcpy(shm_slot(a, a.me, p) + HEAD, input, mine)
-    err = shm_barrier(a)
-    if err:
-        return err
+    if shm_preloaded(a, 0):     # every rank's count and rows rode with the vote (beside it)
+        p = a.epoch & 1
+        base = a.pre_off
+        room -= base
+    else:
+        p = (a.epoch + 1) & 1
+        memcpy(shm_slot(a, a.me, p), &rows, sizeof(int64_t))
+        if mine <= room:
+            memcpy(shm_slot(a, a.me, p) + HEAD, input, mine)
+        err = shm_barrier(a)
+        if err:
+            return err
     for r in range(a.L):
-        memcpy(&all_rows[r], shm_slot(a, r, p), sizeof(int64_t))
+        memcpy(&all_rows[r], shm_slot(a, r, p) + base, sizeof(int64_t))
     total_rows[0] = 0
     at.resize(a.L)
     for r in range(a.L):        # a peer's count is checked before it sizes anything
@@ -81,7 +92,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         if out == NULL:
             return nomem(<size_t>total_rows[0] * row_bytes + 1)
         for r in range(a.L):
-            memcpy(out + at[r], shm_slot(a, r, p) + HEAD, <size_t>all_rows[r] * row_bytes)
+            memcpy(out + at[r], shm_slot(a, r, p) + base + HEAD, <size_t>all_rows[r] * row_bytes)
         return 0
     while off < most:           # through every barrier even without a result: none is left waiting
         n = most - off if most - off < a.seg else a.seg
@@ -97,6 +108,15 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
                 memcpy(out + at[r] + off, shm_slot(a, r, p), b - off if b - off < n else n)
         off += n
     return 0 if out != NULL else nomem(<size_t>total_rows[0] * row_bytes + 1)
+
+
+cdef size_t shm_allgather_carry(ShmArea* a, int n, const char* input, int64_t rows,
+                                size_t nbytes) noexcept nogil:
+    if HEAD + nbytes > shm_preload_room(a, n):
+        return 0
+    shm_preload(a, n, 0, <const char*>&rows, sizeof(int64_t))
+    shm_preload(a, n, HEAD, input, nbytes)
+    return HEAD + nbytes
 
 
 cdef inline void _put_parts(char* slot, size_t head, size_t q, const char* input,
@@ -123,6 +143,35 @@ cdef inline void _take_parts(ShmArea* a, int p, size_t head, size_t q, char* out
                    b - off if b - off < q else q)
 
 
+cdef inline size_t _alltoall_head(int L) noexcept nogil:
+    """Bytes of an alltoall slot's splits, on whole lines."""
+    return (<size_t>L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
+
+
+cdef inline size_t _alltoall_part(size_t room, int L) noexcept nogil:
+    """Bytes of each destination's part in a slot of `room` bytes (0: not one byte fits)."""
+    cdef size_t head = _alltoall_head(L), q = (room - head) // <size_t>L if head < room else 0
+    return q // HEAD * HEAD if q >= HEAD else q        # parts on their own cache lines
+
+
+cdef size_t shm_alltoall_carry(ShmArea* a, int n, const char* input, int64_t rows,
+                               const vector[int64_t]& splits, size_t row_bytes) noexcept nogil:
+    cdef size_t room = shm_preload_room(a, n), head = _alltoall_head(a.L)
+    cdef size_t q = _alltoall_part(room, a.L), off = 0, b
+    cdef int j
+    if q == 0 or not splits_fit(splits, <size_t>a.L, rows):
+        return 0
+    for j in range(a.L):        # every part in the first round (splits_fit: no wrap below)
+        if row_bytes and <size_t>splits[j] > q // row_bytes:
+            return 0
+    shm_preload(a, n, 0, <const char*>splits.data(), <size_t>a.L * sizeof(int64_t))
+    for j in range(a.L):
+        b = <size_t>splits[j] * row_bytes
+        shm_preload(a, n, head + <size_t>j * q, input + off, b)
+        off += b
+    return 1
+
+
 cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
                       size_t into_bytes) noexcept nogil:
@@ -135,8 +184,9 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     together, and nothing is read. HV_ERR_SHM, before any exchange and on every rank, where a
     slot cannot hold the header and a part per rank (the caller takes MPI's path)."""
     cdef int L = a.L, r, j, p, err
-    cdef size_t head = (<size_t>L * sizeof(int64_t) + HEAD - 1) // HEAD * HEAD
-    cdef size_t q = (a.seg - head) // <size_t>L if head < a.seg else 0
+    cdef bint carried = shm_preloaded(a, 0)     # the splits and every part rode with the vote
+    cdef size_t base = a.pre_off if carried else 0      # the slot's layout starts here
+    cdef size_t head = _alltoall_head(L), q = _alltoall_part(a.seg - base, L)
     cdef size_t most = 0, off, b
     cdef uint64_t sent, got = 0, got_rows = 0
     cdef int64_t v
@@ -147,26 +197,29 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     cdef int64_t* row
     if q == 0:
         return HV_ERR_SHM
-    q = q // HEAD * HEAD if q >= HEAD else q        # parts on their own cache lines
     send_at.resize(L)
     off = 0
     for j in range(L if ok else 0):
         send_at[j] = off
         off += <size_t>splits[j] * row_bytes
-    p = (a.epoch + 1) & 1
-    slot = shm_slot(a, a.me, p)
-    for j in range(L):
-        (<int64_t*>slot)[j] = splits[j] if ok else -1
-    if ok:
-        _put_parts(slot, head, q, input, send_at, splits, row_bytes, 0)
-    err = shm_barrier(a)
-    if err:
-        return err
+    if carried:
+        p = a.epoch & 1
+    else:
+        p = (a.epoch + 1) & 1
+        slot = shm_slot(a, a.me, p)
+        for j in range(L):
+            (<int64_t*>slot)[j] = splits[j] if ok else -1
+        if ok:
+            _put_parts(slot, head, q, input, send_at, splits, row_bytes, 0)
+        err = shm_barrier(a)
+        if err:
+            return err
+    head += base
     recv_splits.resize(L)
     recv_from.resize(L)
     at.resize(L)
     for r in range(L):          # a peer's splits are checked before they size anything
-        row = <int64_t*>shm_slot(a, r, p)
+        row = <int64_t*>(shm_slot(a, r, p) + base)
         sent = 0
         for j in range(L):
             v = row[j]

@@ -23,6 +23,10 @@ cdef struct ShmArea:
     long long slept      # barrier waits that reached the sleep stage on a late rank's epoch
     long long woken      # futex waits that a wake-up ended
     long long woke       # barriers where this rank found sleepers on its epoch and woke them
+    long long pre_epoch  # the barrier whose slots carry every rank's part of the next copy-in
+    size_t pre_bytes     # of pre_bytes beside the vote, at pre_off (shm_preload); -1: none
+    size_t pre_off
+    long long carried    # copy-ins that rode with the vote: a barrier each saved
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
@@ -59,6 +63,23 @@ cdef int shm_allreduce_pieces(const ShmPiece* p, size_t np, size_t count, int dt
 # tags only for equal words): peers with this rank's tag are not read. Returns HV_ERR_LOST once a
 # peer is lost.
 cdef int shm_and_words(ShmArea* a, uint64_t* words, int n, uint64_t tag) noexcept nogil
+
+# Data riding with the vote: a rank puts its part of the next collective's first copy-in (src
+# NULL: it has none, a broadcast's non-root) beside the n words it will vote with (`at` bytes
+# into the room after them), in the slot
+# the vote's barrier publishes; shm_preload_room says how much fits (0: nothing). Once the
+# agreement says every rank did so for the same collective (an agreed flag), shm_arm_preload
+# makes the next copy-in of nbytes read the slots of that barrier instead of copying and taking
+# a barrier of its own (shm_preloaded: once, on every rank alike); shm_disarm after the
+# collective, whichever way it went.
+cdef size_t shm_preload_room(ShmArea* a, int n) noexcept nogil
+cdef void shm_preload(ShmArea* a, int n, size_t at, const char* src, size_t nbytes) noexcept nogil
+cdef void shm_arm_preload(ShmArea* a, int n, size_t nbytes) noexcept nogil
+cdef void shm_disarm(ShmArea* a) noexcept nogil
+# Whether the next copy-in of nbytes (0: of a size each rank knows for itself) rode with the vote
+# (then it is used up); shm_carried(r): where node rank r's part lies then.
+cdef bint shm_preloaded(ShmArea* a, size_t nbytes) noexcept nogil
+cdef char* shm_carried(ShmArea* a, int r) noexcept nogil
 
 # Seconds per flag barrier, a median of blocks (collective over the node): the cost model's alpha_shm.
 cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil
