@@ -35,6 +35,7 @@ from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rid
 from hvlite._core.shm.segment cimport (shm_and_words, shm_beats, shm_sleepers, shm_preload_room,
                                        shm_preload, shm_arm_preload, shm_disarm)
 from hvlite._core.shm.copy cimport SHM_COPY_MAX, shm_allgather_carry, shm_alltoall_carry
+from hvlite._core.shm.reducescatter cimport shm_reducescatter_carry
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
 from hvlite._core.failure cimport out_of_memory, peer_failed, peer_lost, doing, shut_down, malformed_response
@@ -1025,12 +1026,12 @@ cdef class Coordinator(Rounds):
         """On one node, the express round's data ride with its vote where the collective's first
         step would copy them into the node's slots and take a barrier: an all-reduce small enough
         for every rank to reduce every slot, a broadcast's root, an allgather (its count, then
-        its rows), an alltoall whose parts fit one round. This rank's part goes into its slot
-        beside the vote now (shm_preload) and the vote says so (FLAG_CARRIED); when every rank's
-        does, the collective reads the slots the vote's barrier published and takes no barrier
-        of its own: one barrier a call instead of two. Returns what the collective looks for
-        (0: nothing rides). Each rank decides for itself; where one's differs, the agreed flag
-        is clear and nothing rides anywhere."""
+        its rows), a reducescatter or an alltoall whose parts fit one round. This rank's part
+        goes into its slot beside the vote now (shm_preload) and the vote says so
+        (FLAG_CARRIED); when every rank's does, the collective reads the slots the vote's
+        barrier published and takes no barrier of its own: one barrier a call instead of two.
+        Returns what the collective looks for (0: nothing rides). Each rank decides for itself;
+        where one's differs, the agreed flag is clear and nothing rides anywhere."""
         cdef Meta* m = &req.meta
         cdef size_t nbytes
         cdef int64_t rows = m.shape[0] if m.shape.size() else 1
@@ -1052,6 +1053,9 @@ cdef class Coordinator(Rounds):
                         req.input if m.root == self.ctx.shm.me else NULL, nbytes)
         elif m.collective == C_ALLGATHER and self.node_copies:
             return shm_allgather_carry(&self.ctx.shm, self.ride.nwords, req.input, rows, nbytes)
+        elif m.collective == C_REDUCESCATTER and self.node_copies and m.op != OP_ADASUM:
+            return shm_reducescatter_carry(&self.ctx.shm, self.ride.nwords, req.input, rows,
+                                           item_count(m[0]) // <size_t>rows, m.dtype)
         elif m.collective == C_ALLTOALL and self.node_copies:
             splits = req.splits         # as mpi_collectives' run_item takes them
             if splits.empty():

@@ -509,8 +509,8 @@ def _took_the_express_round(c, before, calls, what, failures, share=0.9):
 
 def test_the_express_rounds_data_ride_with_its_vote():
     """On one node, the express round's all-reduce (in place and out of place, every op and
-    dtype kind the segment reduces), broadcast (from each root), allgather and alltoall (equal
-    parts, and splits) put this rank's
+    dtype kind the segment reduces), broadcast (from each root), allgather, reducescatter (odd
+    rows) and alltoall (equal parts, and splits) put this rank's
     data beside the vote, and the collective reads them where the vote's barrier published
     them: one barrier a call, not two (shm_waits()["carried"] counts them). Each result exact
     and the same bits on every rank, sizes 1, odd and a slot's worth; a call that does not fit
@@ -534,6 +534,7 @@ def test_the_express_rounds_data_ride_with_its_vote():
     rows = np.full((3, 5), RANK, np.int16)
     parts = np.concatenate([np.full((2, 3), 10 * RANK + j, np.float32) for j in range(N)])
     uneven = np.full(N * (N + 1) // 2, RANK, np.int64)
+    scat = np.full((2 * N + 1, 3), RANK + 1, np.float64)
 
     def step():
         got = []
@@ -549,6 +550,9 @@ def test_the_express_rounds_data_ride_with_its_vote():
                         np.arange(513, dtype=np.float64) * (root + 1), f"broadcast from {root}"))
         got.append((hvd.allgather(rows, name="ride.ag"),
                     np.concatenate([np.full((3, 5), r, np.int16) for r in range(N)]), "allgather"))
+        got.append((hvd.reducescatter(scat, op=hvd.Sum, name="ride.rs"),
+                    np.full((len(np.array_split(np.arange(2 * N + 1), N)[RANK]), 3),
+                            sum(r + 1 for r in range(N)), np.float64), "reducescatter"))
         got.append((hvd.alltoall(parts, name="ride.a2a"),
                     np.concatenate([np.full((2, 3), 10 * r + RANK, np.float32) for r in range(N)]),
                     "alltoall"))

@@ -7,3 +7,8 @@ from hvlite._core.shm.segment cimport ShmArea
 # before any exchange where a slot cannot hold a part per rank (then MPI's path, the same on every rank).
 cdef int shm_reducescatter(ShmArea* a, const char* input, char* output, int64_t rows,
                            size_t row_elems, int dtype, int op) noexcept nogil
+# Its parts for the other ranks, riding with the express round's vote of n words (segment.pxd's
+# shm_preload) where every block fits one round beside it: what shm_reducescatter then looks
+# for (shm_preloaded), or 0.
+cdef size_t shm_reducescatter_carry(ShmArea* a, int n, const char* input, int64_t rows,
+                                    size_t row_elems, int dtype) noexcept nogil
