@@ -75,7 +75,7 @@ def compression_kwargs(compression):
 
 def on_device(t):
     """True for a tensor whose collectives take the device path (CUDA memory)."""
-    return t.device.type == "cuda"
+    return t.is_cuda
 
 
 def poisoned(kind, name, error, process_set=None, tensor=None):

@@ -92,6 +92,31 @@ class _Allreduce(torch.autograd.Function):
                           process_set=ps), None, None, None, None, None, None)
 
 
+# CPU tensors of these dtypes are plain NumPy arrays (bool and bfloat16 are views of another
+# dtype: the general path).
+_PLAIN = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
+                    torch.int32, torch.int64, torch.uint8))
+
+
+def _plain(tensor, prescale_factor, postscale_factor, compression):
+    """The NumPy view a synchronous call hands to the NumPy face as it is, or None: a
+    contiguous CPU tensor of a plain dtype, no scaling, no compression. The async handle, its
+    finish and the checks a tensor of any kind needs cost a 1 KB call 7-12 us over the NumPy
+    call's 1-2 us (docs/benchmarks.md, "The torch layer"); out of place the result is the NumPy
+    face's own array, written in one pass, not a copy reduced in place."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and not B.on_device(tensor)
+            and tensor.dtype in _PLAIN
+            and not tensor.is_sparse and tensor.is_contiguous() and prescale_factor == 1.0
+            and postscale_factor == 1.0
+            and (compression is None or compression is Compression.none)):
+        return None
+    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+
+
+def _numpy_set(process_set):
+    return global_process_set if process_set is None else process_set
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """A new tensor: `tensor` reduced across ranks (Average unless op= says otherwise)."""
@@ -99,6 +124,11 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor,
                                 process_set, compression)
+    arr = _plain(tensor, prescale_factor, postscale_factor, compression)
+    if arr is not None:
+        # the NumPy result (from the output pool, reused by name once nothing holds it: this
+        # tensor holds it while it lives) as the new tensor
+        return torch.from_numpy(_coll.allreduce(arr, op, name, None, _numpy_set(process_set)))
     return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
                            process_set, compression).synchronize()
 
@@ -106,7 +136,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, compression=None):
     """Reduce `tensor` in place and return it."""
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+    op = B.resolve_op(op, average)
+    arr = _plain(tensor, prescale_factor, postscale_factor, compression)
+    if arr is not None:
+        _coll.allreduce_(arr, op, name, None, _numpy_set(process_set))
+        return tensor
+    return allreduce_async_(tensor, None, name, op, prescale_factor, postscale_factor,
                             process_set, compression).synchronize()
 
 

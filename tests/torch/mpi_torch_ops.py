@@ -117,6 +117,57 @@ def test_allreduce_every_dtype(op):
     assert_everywhere(fails)
 
 
+def test_synchronous_allreduce_of_a_plain_tensor():
+    """hvd.allreduce and hvd.allreduce_ of a contiguous CPU tensor go to the NumPy face as they
+    are (mpi_ops._plain): the same bits as the async form, in place on the tensor itself, and
+    out of place a new tensor that owns its result. A result held by the caller (the output
+    pool reuses a name's array only when nothing holds it) is never written by a later call
+    of the same name, views and all; after it is let go the name still gives exact results. A
+    tensor that requires grad, a
+    strided one, a 0-d one, a Parameter and process_set=None take their usual forms."""
+    fails = []
+    n = (1 << 18) + 3               # past the pool's small-array size: kept and reused by name
+    x = torch.arange(n, dtype=torch.float32) % 7 + RANK
+    want = sum(torch.arange(n, dtype=torch.float32) % 7 + r for r in range(N))
+    first = hvd.allreduce(x, op=hvd.Sum, name="plain.big")
+    view = first[5:9]
+    keep = first.clone()
+    for i in range(3):
+        y = x * (i + 2)
+        later = hvd.allreduce(y, op=hvd.Sum, name="plain.big")
+        if later.data_ptr() == first.data_ptr() or not torch.equal(first, keep):
+            fails.append(f"call {i}: a held result was written")
+        if not torch.equal(later, want * (i + 2)):
+            fails.append(f"call {i}: {later[:4]} against {(want * (i + 2))[:4]}")
+    if not torch.equal(view, keep[5:9]):
+        fails.append("a view of a held result changed")
+    async_ = hvd.allreduce_async(x, op=hvd.Sum, name="plain.async").synchronize()
+    if not (torch.equal(first, async_) and first.dtype == x.dtype and first.shape == x.shape):
+        fails.append("the synchronous result differs from the async one")
+    z = x.clone()
+    if hvd.allreduce_(z, op=hvd.Sum, name="plain.inplace") is not z or not torch.equal(z, want):
+        fails.append(f"in place: {z[:4]}")
+    p = torch.nn.Parameter(x.clone())
+    hvd.allreduce_(p.data, op=hvd.Sum, name="plain.param")
+    if not torch.equal(p.data, want):
+        fails.append("a Parameter's data in place")
+    g = x.clone().requires_grad_()
+    r = hvd.allreduce(g, op=hvd.Sum, name="plain.grad")
+    if not (r.requires_grad and torch.equal(r.detach(), want)):
+        fails.append("requires_grad: not through autograd")
+    s = torch.arange(2 * n, dtype=torch.float64)[::2] + RANK
+    if not torch.equal(hvd.allreduce(s, op=hvd.Sum, process_set=None, name="plain.strided"),
+                       sum(torch.arange(2 * n, dtype=torch.float64)[::2] + q for q in range(N))):
+        fails.append("a strided tensor")
+    if hvd.allreduce(torch.tensor(float(RANK)), op=hvd.Max, name="plain.0d").item() != N - 1:
+        fails.append("a 0-d tensor")
+    del first, view, later
+    again = hvd.allreduce(x, op=hvd.Sum, name="plain.big")
+    if not torch.equal(again, want):
+        fails.append("after letting go")
+    assert_everywhere(fails)
+
+
 def test_allreduce_average_alias_and_scaling():
     fails = []
     x = torch.arange(4, dtype=torch.float64) + RANK
