@@ -98,9 +98,10 @@ _PLAIN = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, tor
                     torch.int32, torch.int64, torch.uint8))
 
 
-def _plain(tensor, prescale_factor, postscale_factor, compression):
+def _plain(tensor, prescale_factor=1.0, postscale_factor=1.0, compression=None):
     """The NumPy view a synchronous call hands to the NumPy face as it is, or None: a
-    contiguous CPU tensor of a plain dtype, no scaling, no compression. The async handle, its
+    contiguous CPU tensor of a plain dtype, no scaling, no compression (every collective's
+    synchronous form but autograd's). The async handle, its
     finish and the checks a tensor of any kind needs cost a 1 KB call 7-12 us over the NumPy
     call's 1-2 us (docs/benchmarks.md, "The torch layer"); out of place the result is the NumPy
     face's own array, written in one pass, not a copy reduced in place."""
@@ -261,6 +262,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along dimension 0, in rank order."""
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _Allgather.apply(tensor, name, process_set)
+    arr = _plain(tensor)
+    if arr is not None:
+        return B.to_tensor(_coll.allgather(arr, name, _numpy_set(process_set)), tensor.dtype)
     return allgather_async(tensor, name, process_set).synchronize()
 
 
@@ -331,37 +335,53 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding root_rank's `tensor`, on every rank."""
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _Broadcast.apply(tensor, root_rank, name, process_set)
+    arr = _plain(tensor)
+    if arr is not None:
+        return B.to_tensor(_coll.broadcast(arr, root_rank, name, _numpy_set(process_set)),
+                           tensor.dtype)
     return broadcast_async(tensor, root_rank, name, process_set).synchronize()
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrite `tensor` with root_rank's and return it."""
+    arr = _plain(tensor)
+    if arr is not None:
+        _coll.broadcast_(arr, root_rank, name, _numpy_set(process_set))
+        return tensor
     return broadcast_async_(tensor, root_rank, name, process_set).synchronize()
 
 
 # ---- alltoall ---------------------------------------------------------------------------------
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
-    synchronize() returns (received rows, received splits as an int32 tensor)."""
-    arr = B.view(tensor, _coll.ALLTOALL, name, process_set=process_set)
+def _alltoall_splits(tensor, arr, splits, name, process_set):
+    """The splits the NumPy call takes: explicit for equal parts too, so the received splits
+    come back; a tensor's as a list (integers only: other kinds poison the call)."""
     n = B.ps_size(process_set)
     rows = arr.shape[0] if arr.ndim else 1
     if splits is None and rows % n == 0:
-        splits = [rows // n] * n        # explicit, so the received splits come back too
-    elif isinstance(splits, torch.Tensor):
+        return [rows // n] * n
+    if isinstance(splits, torch.Tensor):
         if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
             B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
                 f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"), process_set,
                 tensor)
-        splits = splits.tolist()
+        return splits.tolist()
+    return splits
+
+
+def _alltoall_result(res, dtype):
+    out, got = res
+    return B.to_tensor(out, dtype), torch.from_numpy(np.asarray(got).astype("int32"))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
+    synchronize() returns (received rows, received splits as an int32 tensor)."""
+    arr = B.view(tensor, _coll.ALLTOALL, name, process_set=process_set)
+    splits = _alltoall_splits(tensor, arr, splits, name, process_set)
     dtype = tensor.dtype
     h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))
-
-    def finish(res):
-        out, got = res
-        return B.to_tensor(out, dtype), torch.from_numpy(np.asarray(got).astype("int32"))
-    return B.TorchHandle(h, finish)
+    return B.TorchHandle(h, lambda res: _alltoall_result(res, dtype))
 
 
 class _Alltoall(torch.autograd.Function):
@@ -385,7 +405,16 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     rows received from each rank."""
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _Alltoall.apply(tensor, splits, name, process_set)
-    out, received = alltoall_async(tensor, splits, name, process_set).synchronize()
+    arr = _plain(tensor)
+    if arr is not None and splits is None:      # equal parts, the rows alone come back
+        return B.to_tensor(_coll.alltoall(arr, None, name, _numpy_set(process_set)),
+                           tensor.dtype)
+    if arr is not None:
+        out, received = _alltoall_result(
+            _coll.alltoall(arr, _alltoall_splits(tensor, arr, splits, name, process_set), name,
+                           _numpy_set(process_set)), tensor.dtype)
+    else:
+        out, received = alltoall_async(tensor, splits, name, process_set).synchronize()
     return out if splits is None else (out, received)
 
 
@@ -430,9 +459,13 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     """This rank's block of rows of `tensor` reduced across ranks."""
     op = B.check_op(op, "reducescatter")
     tensor, ctx = _compress(compression, tensor, "reducescatter")
+    arr = _plain(tensor, prescale_factor, postscale_factor) if ctx is _NO_CTX else None
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         out = _Reducescatter.apply(tensor, name, op, process_set, prescale_factor,
                                    postscale_factor)
+    elif arr is not None and arr.ndim:      # (a 0-d tensor: refused as Horovod does, below)
+        out = B.to_tensor(_coll.reducescatter(arr, op, name, _numpy_set(process_set)),
+                          tensor.dtype)
     else:
         out = reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                   postscale_factor).synchronize()

@@ -168,6 +168,45 @@ def test_synchronous_allreduce_of_a_plain_tensor():
     assert_everywhere(fails)
 
 
+def test_the_other_synchronous_calls_of_a_plain_tensor():
+    """broadcast, broadcast_, allgather, reducescatter and alltoall of contiguous CPU tensors
+    go to the NumPy face too: exact results and dtypes, and results of 64 KiB and more (which
+    the output pool keeps by name or shape) never written by later calls while held."""
+    fails = []
+    rows = 8192 * N                 # 64 KiB a rank and more: pooled results
+    x = torch.arange(rows * 2, dtype=torch.float32).view(rows, 2) + 1000 * RANK
+    every = [torch.arange(rows * 2, dtype=torch.float32).view(rows, 2) + 1000 * r
+             for r in range(N)]
+    calls = {
+        "broadcast": (lambda i: hvd.broadcast(x + i, root_rank=N - 1, name="p.bc"),
+                      lambda i: every[N - 1] + i),
+        "allgather": (lambda i: hvd.allgather(x + i, name="p.ag"),
+                      lambda i: torch.cat(every) + i),
+        "reducescatter": (lambda i: hvd.reducescatter(x + i, op=hvd.Sum, name="p.rs"),
+                          lambda i: (sum(every) + N * i).narrow(0, RANK * (rows // N), rows // N)),
+        "alltoall": (lambda i: hvd.alltoall(x + i, name="p.a2a"),
+                     lambda i: torch.cat([e.narrow(0, RANK * (rows // N), rows // N) + i
+                                          for e in every])),
+    }
+    for what, (call, want) in calls.items():
+        held = [call(i) for i in range(3)]
+        for i, got in enumerate(held):
+            if not (got.dtype == x.dtype and torch.equal(got, want(i))):
+                fails.append(f"{what} call {i}: {got.flatten()[:4]} against "
+                             f"{want(i).flatten()[:4]}")
+        if len({t.data_ptr() for t in held}) != len(held):
+            fails.append(f"{what}: two held results share memory")
+    y = x.clone()
+    if hvd.broadcast_(y, root_rank=0, name="p.bc_") is not y or not torch.equal(y, every[0]):
+        fails.append("broadcast_ in place")
+    i64 = torch.full((N * 3,), RANK, dtype=torch.int64)
+    out, got = hvd.alltoall(i64, splits=[3] * N, name="p.a2a.splits")
+    if not (torch.equal(out, torch.arange(N).repeat_interleave(3))
+            and got.dtype == torch.int32 and got.tolist() == [3] * N):
+        fails.append(f"alltoall with splits: {out} {got}")
+    assert_everywhere(fails)
+
+
 def test_allreduce_average_alias_and_scaling():
     fails = []
     x = torch.arange(4, dtype=torch.float64) + RANK
