@@ -15,7 +15,7 @@ import hvlite as _hv
 from hvlite import collectives as _coll
 from hvlite import route as _route
 from hvlite._core.codes import COLLECTIVES
-from hvlite.work import Composite, GroupHandle, Mapped  # noqa: F401  (one protocol, shared)
+from hvlite.work import Composite, GroupHandle, Mapped, Work  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
 from hvlite.torch.compression import Compression
@@ -173,6 +173,31 @@ def scale_(t, factor):
 
 # An in-flight collective whose result, on synchronize(), is `finish(numpy_result)`.
 TorchHandle = Mapped
+
+
+class Returning(Work):
+    """The handle of an in-place call on a tensor: the NumPy face's handle, and the tensor as
+    its result (what Mapped does with a function and a list, for the gradient hooks' every
+    call: 1 KB allreduce_async_ then synchronize, docs/benchmarks.md "The torch layer")."""
+
+    __slots__ = ("inner", "value")
+
+    def __init__(self, inner, value):
+        super().__init__()
+        self.inner, self.value = inner, value
+
+    def _ready(self):
+        return self.inner.poll()
+
+    def _block(self):
+        self.inner.wait()
+
+    def _collect(self):
+        self.inner.synchronize()        # raises the collective's error as it is
+        return self.value
+
+    def _release(self):
+        self.inner = self.value = None
 
 
 def group_base(name, kind):

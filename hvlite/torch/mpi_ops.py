@@ -21,6 +21,31 @@ global_process_set = getattr(_hv, "global_process_set", None)
 
 # ---- allreduce ------------------------------------------------------------------------------
 
+# CPU tensors of these dtypes are plain NumPy arrays (bool and bfloat16 are views of another
+# dtype: the general path).
+_PLAIN = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
+                    torch.int32, torch.int64, torch.uint8))
+
+
+def _plain(tensor, prescale_factor=1.0, postscale_factor=1.0, compression=None):
+    """The NumPy view a call hands to the NumPy face as it is, or None: a contiguous CPU tensor
+    of a plain dtype, no scaling, no compression (the synchronous forms but autograd's, and
+    allreduce_async_). The general path's handle, its finish and the checks a tensor of any
+    kind needs cost a 1 KB call 7-12 us over the NumPy call's 1-2 us (docs/benchmarks.md, "The
+    torch layer"); out of place the result is the NumPy face's own array, written in one pass,
+    not a copy reduced in place."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and not B.on_device(tensor)
+            and tensor.dtype in _PLAIN and not tensor.is_sparse and tensor.is_contiguous()
+            and prescale_factor == 1.0 and postscale_factor == 1.0
+            and (compression is None or compression is Compression.none)):
+        return None
+    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+
+
+def _numpy_set(process_set):
+    return global_process_set if process_set is None else process_set
+
+
 def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, process_set,
                      compression=None):
     """Reduce into `out` (the tensor itself when in place), scaling before and after."""
@@ -74,6 +99,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set, compression=None):
     """Start an allreduce in place on `tensor`."""
     op = B.resolve_op(op, average)
+    arr = _plain(tensor, prescale_factor, postscale_factor, compression)
+    if arr is not None:     # DistributedOptimizer's hooks, every gradient: the NumPy face's call
+        return B.Returning(_coll.allreduce_async_(arr, op, name, None, _numpy_set(process_set)),
+                           tensor)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
                             process_set, compression)
 
@@ -90,32 +119,6 @@ class _Allreduce(torch.autograd.Function):
         op, pre, post, ps = ctx.args
         return (allreduce(grad, op=op, prescale_factor=pre, postscale_factor=post,
                           process_set=ps), None, None, None, None, None, None)
-
-
-# CPU tensors of these dtypes are plain NumPy arrays (bool and bfloat16 are views of another
-# dtype: the general path).
-_PLAIN = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
-                    torch.int32, torch.int64, torch.uint8))
-
-
-def _plain(tensor, prescale_factor=1.0, postscale_factor=1.0, compression=None):
-    """The NumPy view a synchronous call hands to the NumPy face as it is, or None: a
-    contiguous CPU tensor of a plain dtype, no scaling, no compression (every collective's
-    synchronous form but autograd's). The async handle, its
-    finish and the checks a tensor of any kind needs cost a 1 KB call 7-12 us over the NumPy
-    call's 1-2 us (docs/benchmarks.md, "The torch layer"); out of place the result is the NumPy
-    face's own array, written in one pass, not a copy reduced in place."""
-    if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and not B.on_device(tensor)
-            and tensor.dtype in _PLAIN
-            and not tensor.is_sparse and tensor.is_contiguous() and prescale_factor == 1.0
-            and postscale_factor == 1.0
-            and (compression is None or compression is Compression.none)):
-        return None
-    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
-
-
-def _numpy_set(process_set):
-    return global_process_set if process_set is None else process_set
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,

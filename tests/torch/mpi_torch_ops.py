@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
+from hvlite.errors import DuplicateNameError  # noqa: E402
 from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,  # noqa: E402
                      rank_input, reference)
 
@@ -118,8 +119,10 @@ def test_allreduce_every_dtype(op):
 
 
 def test_synchronous_allreduce_of_a_plain_tensor():
-    """hvd.allreduce and hvd.allreduce_ of a contiguous CPU tensor go to the NumPy face as they
-    are (mpi_ops._plain): the same bits as the async form, in place on the tensor itself, and
+    """hvd.allreduce, hvd.allreduce_ and hvd.allreduce_async_ of a contiguous CPU tensor go to
+    the NumPy face as they are (mpi_ops._plain): the same bits as the async form, in place on
+    the tensor itself (allreduce_async_'s handle gives the tensor, and its name is in flight
+    until then), and
     out of place a new tensor that owns its result. A result held by the caller (the output
     pool reuses a name's array only when nothing holds it) is never written by a later call
     of the same name, views and all; after it is let go the name still gives exact results. A
@@ -147,6 +150,16 @@ def test_synchronous_allreduce_of_a_plain_tensor():
     z = x.clone()
     if hvd.allreduce_(z, op=hvd.Sum, name="plain.inplace") is not z or not torch.equal(z, want):
         fails.append(f"in place: {z[:4]}")
+    w = x.clone()
+    h = hvd.allreduce_async_(w, op=hvd.Sum, name="plain.async_")
+    try:
+        hvd.allreduce_async_(x.clone(), op=hvd.Sum, name="plain.async_")
+        fails.append("a name in flight was submitted again")
+    except DuplicateNameError:
+        pass
+    if not (hvd.synchronize(h) is w and hvd.poll(h) and h.synchronize() is w
+            and torch.equal(w, want) and h.exception() is None):
+        fails.append(f"allreduce_async_'s handle: {w[:4]}")
     p = torch.nn.Parameter(x.clone())
     hvd.allreduce_(p.data, op=hvd.Sum, name="plain.param")
     if not torch.equal(p.data, want):
