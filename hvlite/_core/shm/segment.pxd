@@ -24,7 +24,8 @@ cdef struct ShmArea:
     long long woken      # futex waits that a wake-up ended
     long long woke       # barriers where this rank found sleepers on its epoch and woke them
     long long pre_epoch  # the barrier whose slots carry every rank's part of the next copy-in
-    size_t pre_bytes     # of pre_bytes beside the vote, at pre_off (shm_preload); -1: none
+                         # beside the vote (shm_preload); -1: none
+    size_t pre_bytes     # that copy-in's size (0: each rank's own), and where it lies in a slot
     size_t pre_off
     long long carried    # copy-ins that rode with the vote: a barrier each saved
     char why[160]
@@ -66,12 +67,11 @@ cdef int shm_and_words(ShmArea* a, uint64_t* words, int n, uint64_t tag) noexcep
 
 # Data riding with the vote: a rank puts its part of the next collective's first copy-in (src
 # NULL: it has none, a broadcast's non-root) beside the n words it will vote with (`at` bytes
-# into the room after them), in the slot
-# the vote's barrier publishes; shm_preload_room says how much fits (0: nothing). Once the
-# agreement says every rank did so for the same collective (an agreed flag), shm_arm_preload
-# makes the next copy-in of nbytes read the slots of that barrier instead of copying and taking
-# a barrier of its own (shm_preloaded: once, on every rank alike); shm_disarm after the
-# collective, whichever way it went.
+# into the room after them), in the slot the vote's barrier publishes; shm_preload_room says
+# how much fits (0: nothing). Once the agreement says every rank did so for the same
+# collective (an agreed flag), shm_arm_preload makes the next copy-in of nbytes read the slots
+# of that barrier instead of copying and taking a barrier of its own (shm_preloaded: once, on
+# every rank alike); shm_disarm after the collective, whichever way it went.
 cdef size_t shm_preload_room(ShmArea* a, int n) noexcept nogil
 cdef void shm_preload(ShmArea* a, int n, size_t at, const char* src, size_t nbytes) noexcept nogil
 cdef void shm_arm_preload(ShmArea* a, int n, size_t nbytes) noexcept nogil
