@@ -12,12 +12,13 @@ import numpy as np
 
 from hvlite import runtime, submit as host
 from hvlite.errors import InvalidArgumentError, ShutdownError
-from hvlite.ops import Average
+from hvlite.gpu import worker as gpu_worker
+from hvlite.ops import Average, ReduceOp
 from hvlite.process_sets import global_process_set, state_of
 from hvlite.route import path_of
 from hvlite.submit import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST,  # noqa: F401
                            JOIN, REDUCESCATTER, Handle)
-from hvlite.work import ChainHandle, GroupHandle, Work   # noqa: F401  (handles of the front door)
+from hvlite.work import ChainHandle, GroupHandle, Mapped, Work   # noqa: F401  (handles of the front door)
 
 
 def _handle(handle, what):
@@ -208,7 +209,20 @@ def reducescatter(x, op=Average, name=None, process_set=global_process_set):
 # ---- barrier, join, objects ---------------------------------------------------------------
 
 barrier_async = host.barrier_async
-join_async = host.join_async
+def join_async():
+    """join() as a handle. This rank's device collectives are run first, and at synchronize()
+    the ranks' device orders agree again (gpu/worker.agree_order: the joined ranks did not
+    count the device all-reduces that ran meanwhile)."""
+    st = runtime.current().global_state
+    w = getattr(st, "_gpu_worker", None)
+    if w is not None:
+        w.drain()
+
+    def agree(last):
+        gpu_worker.agree_order(st, lambda a: host.allreduce_async_(
+            a, ReduceOp.Max, "join.device_order", None, global_process_set, sync=True))
+        return last
+    return Mapped(host.join_async(), agree)
 
 
 def barrier(process_set=global_process_set):

@@ -12,9 +12,9 @@ import functools
 import numpy as np
 
 from hvlite import runtime, submit as _host
-from hvlite.errors import DtypeError, InvalidArgumentError
+from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.gpu import arrays, cuda_aware, ring, staging
-from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, worker_of
+from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, ticket_table, worker_of
 from hvlite.ops import ReduceOp, as_op
 from hvlite.process_sets import global_process_set, state_of
 from hvlite._core.codes import COLLECTIVES
@@ -113,6 +113,10 @@ def _checked(be, x, kind, what, name, op, root_rank, st, inplace):
     o = root = 0
     if kind in (ALLREDUCE, REDUCESCATTER):
         o = int(as_op(op))
+        if o == ReduceOp.Adasum and kind == REDUCESCATTER:      # as the host path, and Horovod
+            raise UnsupportedOperationError(
+                f"{what} {name!r}: op=Adasum applies to allreduce and grouped_allreduce only "
+                "(its dot products need whole tensors)")
         if o == ReduceOp.Adasum:
             raise InvalidArgumentError(f"{what} {name!r}: op=Adasum takes host arrays "
                                        "(NumPy, CPU tensors); copy device arrays to the host")
@@ -157,7 +161,7 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
                 src = arr if arr.flags.c_contiguous else xp.ascontiguousarray(arr)
                 out = src if inplace or kind not in (ALLREDUCE, BROADCAST) else xp.empty_like(src)
             after = eng.record(caller)
-        except (DtypeError, InvalidArgumentError) as e:
+        except (DtypeError, InvalidArgumentError, UnsupportedOperationError) as e:
             problem = e
         except Exception as e:          # noqa: BLE001 - e.g. a dtype the array library lacks
             problem = DtypeError(f"{what} {name!r}: this {type(x).__name__} cannot be used on "
@@ -180,7 +184,12 @@ def submit(kind, x, name=None, op=0, root_rank=0, splits=None, inplace=False,
     with w.queue_lock:      # order numbers, tickets and the queue in one order, whatever thread
         record = ticket_record(name, kind, code, o, root, size, problem is not None,
                                w.next_order())
-        ticket = _host.allgather_async(record, name=name, process_set=ps)
+        if kind == ALLREDUCE:       # runs with joined ranks, as host all-reduces do
+            ticket = _host.allreduce_async(ticket_table(record, st.position(rt.rank),
+                                                        len(st.ranks)),
+                                           ReduceOp.Max, name=name, process_set=ps)
+        else:
+            ticket = _host.allgather_async(record, name=name, process_set=ps)
         # a collective Dup on the first call: a rank that rejected its call makes it too, so
         # no peer waits in it for this rank
         direct = _direct_comm(rt, st) if aware else None

@@ -1,8 +1,12 @@
 """One thread per process set that runs device collectives, in the order this rank submitted them.
 
-Each device collective first sends a small ticket through the coordinator: an allgather, under
-the collective's own name, of what the collective is (its place in this rank's device order,
-name, kind, dtype, op, root, size). The worker waits for its ticket before moving any data, so
+Each device collective first sends a small ticket through the coordinator, under the
+collective's own name: the table of what the collective is on each rank (its place in this
+rank's device order, name, kind, dtype, op, root, size). An all-reduce's ticket is itself an
+all-reduce (Max over a table where each rank fills its own row), so that it runs while ranks
+have joined, as host all-reduces do: a joined rank contributes the identity, its row stays
+empty and is skipped. The other collectives' tickets are allgathers, which fail while a rank
+has joined, as those collectives must. The worker waits for its ticket before moving any data, so
 ranks that submitted device collectives in different orders, or with different arguments, all
 get the same clear error naming the ranks instead of a hang; and a rank that passed a host
 array under that name (a CPU/GPU mix) meets the ticket in the host negotiation, which fails both
@@ -21,6 +25,7 @@ from hvlite.work import Work
 
 FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected", "order")
 REJECTED = FIELDS.index("rejected")
+EMPTY = np.iinfo(np.int64).min      # Max's identity: the row of a rank that has joined
 
 
 def ticket_record(name, kind, dtype_code, op, root, nbytes, rejected, order):
@@ -28,9 +33,19 @@ def ticket_record(name, kind, dtype_code, op, root, nbytes, rejected, order):
                      int(rejected), order], np.int64)
 
 
+def ticket_table(record, position, n):
+    """An all-reduce ticket's input: `record` in this rank's row, Max's identity elsewhere."""
+    table = np.full((n, len(FIELDS)), EMPTY, np.int64)
+    table[position] = record
+    return table.reshape(-1)
+
+
 def check_tickets(table, name, ranks, what):
-    """Raise (identically on every rank: all see the same table) if the ranks disagree."""
+    """Raise (identically on every rank: all see the same table) if the ranks disagree. Rows
+    left empty (ranks that had joined, which contribute nothing) are not compared."""
     table = np.asarray(table).reshape(len(ranks), len(FIELDS))
+    here = table[:, 0] != EMPTY          # a name's crc is never negative
+    ranks, table = [q for q, h in zip(ranks, here) if h], table[here]
     bad = [ranks[i] for i in range(len(ranks)) if table[i, REJECTED]]
     if bad:
         raise InvalidArgumentError(f"{what} {name!r}: rank(s) {bad} rejected their arguments "
@@ -146,6 +161,12 @@ class DeviceWorker:
     def submit(self, handle, job):
         self.queue.put((handle, job))
 
+    def drain(self):
+        """Wait until every device collective this rank queued has run (before a join)."""
+        done = DeviceHandle("drain", None)
+        self.submit(done, lambda: None)
+        done.wait()
+
     def _run(self):
         while True:
             handle, job = self.queue.get()
@@ -159,6 +180,19 @@ class DeviceWorker:
 
     def stop(self):
         self.queue.put((None, None))
+
+
+def agree_order(st, allreduce_max):
+    """After a join: the device collectives that ran while a rank had joined were not counted
+    there, so every rank takes the highest count (`allreduce_max`: an int64 array in place,
+    a collective of the set) and device orders agree again."""
+    w = getattr(st, "_gpu_worker", None)
+    count = np.array([w.count if w is not None else 0], np.int64)
+    allreduce_max(count)
+    if count[0]:
+        w = worker_of(st)
+        with w.lock:
+            w.count = int(count[0])
 
 
 def worker_of(st):
