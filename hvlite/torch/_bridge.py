@@ -163,10 +163,14 @@ def to_tensor(a, dtype):
 
 
 def scale_(t, factor):
-    """Multiply in place; integer tensors are scaled in float64 and truncated, as Horovod does."""
+    """Multiply in place; integer tensors are scaled in float64 and truncated, as Horovod does.
+    A float16 tensor on a GPU is scaled by the factor rounded to float16, as Horovod's GPU
+    kernel multiplies in half precision (on the CPU Horovod scales in float32, as here)."""
     if factor == 1 or factor == 1.0:
         return t
     if t.is_floating_point():
+        if t.dtype == torch.float16 and on_device(t):
+            factor = float(np.float16(factor))
         return t.mul_(factor)
     return t.copy_(t.to(torch.float64).mul_(factor))
 
@@ -198,6 +202,34 @@ class Returning(Work):
 
     def _release(self):
         self.inner = self.value = None
+
+
+def one_device(tensors, kind, base, process_set):
+    """Horovod refuses a group whose tensors are on the CPU and a GPU both (a RuntimeError).
+    Every part goes out poisoned down its own path, so no rank waits for this one."""
+    where = {on_device(t) for t in tensors if isinstance(t, torch.Tensor)}
+    if len(where) < 2:
+        return
+    what = COLLECTIVES[kind]
+    error = DeviceError(f"grouped_{what} {base!r}: the tensors are on the CPU and on a GPU; "
+                        "a group's tensors must all be on one device")
+    for i, t in enumerate(tensors):
+        try:
+            poisoned(kind, f"{base}.{i}", error, process_set, t)
+        except Exception:       # noqa: BLE001 - each part raises once it is out
+            pass
+    raise error
+
+
+def host_copy(t):
+    """A CPU copy of device tensor `t` and its NumPy view, for what only the host path does
+    (Adasum): Horovod reduces GPU tensors with Adasum too."""
+    host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+    host.copy_(t.detach())
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return host, host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return host, host.numpy()
 
 
 def group_base(name, kind):

@@ -49,6 +49,8 @@ def _numpy_set(process_set):
 def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, process_set,
                      compression=None):
     """Reduce into `out` (the tensor itself when in place), scaling before and after."""
+    if op == Adasum and isinstance(tensor, torch.Tensor) and B.on_device(tensor):
+        return _device_adasum(tensor, out, name, prescale_factor, postscale_factor, process_set)
     src = B.view(tensor, _coll.ALLREDUCE, name, allow_bool=op in (Min, Max),
                  process_set=process_set)
     if out is not tensor:
@@ -63,6 +65,19 @@ def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, p
     def finish(result):     # in `out` already: a compressed result is cast straight into it
         return B.scale_(out, postscale_factor)
     return B.TorchHandle(_hv.allreduce_async_(arr, op=op, name=name, **kw), finish)
+
+
+def _device_adasum(tensor, out, name, prescale_factor, postscale_factor, process_set):
+    """Adasum of a CUDA tensor: reduced on a host copy (the core's Adasum takes host memory),
+    the result copied back into `out` at synchronize()."""
+    host, arr = B.host_copy(tensor)
+    B.scale_(host, prescale_factor)
+    h = _hv.allreduce_async_(arr, op=Adasum, name=name, **B.ps_kwargs(process_set))
+
+    def finish(_result):
+        out.copy_(host)
+        return B.scale_(out, postscale_factor)
+    return B.TorchHandle(h, finish)
 
 
 def _device_compressed(out, name, op, postscale_factor, process_set, compression):
@@ -157,6 +172,7 @@ def _grouped_allreduce_async(tensors, average, name, op, pre, post, process_set,
         B.poisoned(_coll.ALLREDUCE, f"{base}.0", InvalidArgumentError(
             f"grouped_allreduce {base!r}: needs a list of tensors, got {type(tensors).__name__}"),
             process_set)
+    B.one_device(tensors, _coll.ALLREDUCE, base, process_set)
     start = allreduce_async_ if inplace else allreduce_async
     handles, first = [], None
     for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
@@ -273,6 +289,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     base = B.group_base(name, "grouped_allgather")
+    B.one_device(tensors, _coll.ALLGATHER, base, process_set)
     return B.GroupHandle([allgather_async(t, f"{base}.{i}", process_set)
                           for i, t in enumerate(tensors)])
 
@@ -372,19 +389,26 @@ def _alltoall_splits(tensor, arr, splits, name, process_set):
     return splits
 
 
-def _alltoall_result(res, dtype):
+def _alltoall_result(res, dtype, splits=None):
+    """(rows, received splits): the splits as int32 on the CPU, or, for splits given as a
+    tensor, in its dtype on its device (Horovod's `splits.new()`)."""
     out, got = res
-    return B.to_tensor(out, dtype), torch.from_numpy(np.asarray(got).astype("int32"))
+    got = np.asarray(got)
+    if isinstance(splits, torch.Tensor):
+        return B.to_tensor(out, dtype), torch.tensor(got.tolist(), dtype=splits.dtype,
+                                                     device=splits.device)
+    return B.to_tensor(out, dtype), torch.from_numpy(got.astype("int32"))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
     synchronize() returns (received rows, received splits as an int32 tensor)."""
     arr = B.view(tensor, _coll.ALLTOALL, name, process_set=process_set)
+    given = splits
     splits = _alltoall_splits(tensor, arr, splits, name, process_set)
     dtype = tensor.dtype
     h = _hv.alltoall_async(arr, splits, name=name, **B.ps_kwargs(process_set))
-    return B.TorchHandle(h, lambda res: _alltoall_result(res, dtype))
+    return B.TorchHandle(h, lambda res: _alltoall_result(res, dtype, given))
 
 
 class _Alltoall(torch.autograd.Function):
@@ -415,7 +439,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if arr is not None:
         out, received = _alltoall_result(
             _coll.alltoall(arr, _alltoall_splits(tensor, arr, splits, name, process_set), name,
-                           _numpy_set(process_set)), tensor.dtype)
+                           _numpy_set(process_set)), tensor.dtype, splits)
     else:
         out, received = alltoall_async(tensor, splits, name, process_set).synchronize()
     return out if splits is None else (out, received)
@@ -492,6 +516,7 @@ def _compress(compression, tensor, where):
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     base = B.group_base(name, "grouped_reducescatter")
+    B.one_device(tensors, _coll.REDUCESCATTER, base, process_set)
     handles, first = [], None
     for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
         try:                            # left waiting for the parts after a bad one

@@ -37,7 +37,7 @@ class SyncBatchNorm(_BatchNorm):
         dims = [0] + list(range(2, input.dim()))
         shape = [1, -1] + [1] * (input.dim() - 2)
         x = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
-        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype)
+        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype, device=x.device)
         # Two passes (mean, then centred squares) keep the variance accurate.
         sums = allreduce(torch.cat([count, x.sum(dims)]), op=Sum, process_set=self.process_set)
         n, mean = sums[0].detach(), sums[1:] / sums[0].detach()

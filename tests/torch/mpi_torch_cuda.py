@@ -1,7 +1,8 @@
 """Rank side of tests/gpu/test_cuda.py::test_torch_cuda_tensors: hvlite.torch on CUDA tensors on
 a real GPU (2 ranks may share one). Results on the tensor's device, equal to the CPU path's;
 input produced on a side stream is waited for; a CPU/GPU mix fails on every rank (Horovod's
-test_horovod_allreduce_cpu_gpu_error); DistributedOptimizer trains a model on the GPU."""
+test_horovod_allreduce_cpu_gpu_error); SyncBatchNorm and Adasum on the GPU equal the CPU's;
+DistributedOptimizer trains a model on the GPU."""
 import sys
 
 import torch
@@ -65,6 +66,20 @@ try:                                          # Horovod: a CPU/GPU mix is a Runt
     if n > 1:
         fails.append("a CPU/GPU mix ran")
 except RuntimeError:
+    pass
+
+# what Horovod's test_torch.py asks of CUDA tensors (tests/torch/mpi_torch_device_rules.py has
+# the same on the CPU stand-in): SyncBatchNorm, Adasum, reducescatter's Adasum refusal
+bn_in = torch.randn(6, 3, 5, generator=torch.Generator().manual_seed(r))
+bn_gpu = hvd.SyncBatchNorm(3).to(dev)(bn_in.to(dev))
+same("SyncBatchNorm on the GPU", bn_gpu.cpu(), hvd.SyncBatchNorm(3)(bn_in), exact=False)
+ada = t(dtype=torch.float64)
+same("Adasum of a CUDA tensor", hvd.allreduce(ada, op=hvd.Adasum, name="ada").cpu(),
+     hvd.allreduce(ada.cpu(), op=hvd.Adasum, name="ada_cpu"))
+try:
+    hvd.reducescatter(t(rows=2 * n), op=hvd.Adasum, name="rs_ada")
+    fails.append("reducescatter with Adasum ran")
+except NotImplementedError:
     pass
 
 

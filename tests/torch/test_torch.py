@@ -75,3 +75,15 @@ def test_cuda_tensors_on_a_stand_in(mpirun):
                  env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096",
                       "HVLITE_CALIBRATE": "0"})
     assert out.count("device ok") == 3
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_horovods_gpu_rules_on_a_stand_in(mpirun, n):
+    """What Horovod's test_torch.py asks of CUDA tensors and failed on a GPU: join with
+    device all-reduces, float16 scaling in half precision, Adasum, CPU/GPU groups refused,
+    alltoall's received splits like the splits given."""
+    pytest.importorskip("torch")
+    out = mpirun(n, "tests/torch/mpi_torch_device_rules.py", timeout=240, pytest_module=False,
+                 env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096",
+                      "HVLITE_CALIBRATE": "0"})
+    assert out.count("device rules ok") == n
