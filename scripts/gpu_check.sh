@@ -95,7 +95,13 @@ timeout -k 10 300 "$VENV/bin/mpiexec" -n 2 "$PY" -m pytest -q -p no:cacheprovide
   tests/gpu/mpi_cuda.py || STATUS=1
 if [ -n "$HOROVOD" ]; then
   echo "== Horovod's torch tests, CUDA ones included"
-  PYTHON="$PY" MPIEXEC="$VENV/bin/mpiexec" scripts/horovod_suite.sh "$HOROVOD" 2 || STATUS=1
+  # Horovod's tests put rank i on GPU local_rank(): with fewer GPUs than ranks, each rank is a
+  # node of its own (HVLITE_LOCAL_SIZE=1), so every local_rank() is 0 and the ranks share GPU 0
+  GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  LOCAL=()
+  [ "${GPUS:-0}" -lt 2 ] && LOCAL=(HVLITE_LOCAL_SIZE=1)
+  env "${LOCAL[@]}" PYTHON="$PY" MPIEXEC="$VENV/bin/mpiexec" \
+    scripts/horovod_suite.sh "$HOROVOD" 2 || STATUS=1
 fi
 
 [ "$BENCH" = 1 ] || exit $STATUS
