@@ -232,5 +232,31 @@ def host_copy(t):
     return host, host.numpy()
 
 
+class AsTensor(Work):
+    """The handle of an out-of-place call through the NumPy face: its array result as a tensor
+    over the same memory (the output pool reuses a name's array only when nothing holds it)."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def _ready(self):
+        return self.inner.poll()
+
+    def _block(self):
+        self.inner.wait()
+
+    def _collect(self):
+        got = self.inner.synchronize()
+        if isinstance(got, list):           # a group's
+            return [torch.from_numpy(a) for a in got]
+        return torch.from_numpy(got)
+
+    def _release(self):
+        self.inner = None
+
+
 def group_base(name, kind):
     return name or _hv._current().auto_name(kind)

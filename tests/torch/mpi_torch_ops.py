@@ -9,6 +9,7 @@ from mpi4py import MPI
 torch = pytest.importorskip("torch")
 import hvlite.torch as hvd  # noqa: E402
 from hvlite.errors import DuplicateNameError  # noqa: E402
+from hvlite.torch import _bridge  # noqa: E402
 from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,  # noqa: E402
                      rank_input, reference)
 
@@ -178,6 +179,66 @@ def test_synchronous_allreduce_of_a_plain_tensor():
     again = hvd.allreduce(x, op=hvd.Sum, name="plain.big")
     if not torch.equal(again, want):
         fails.append("after letting go")
+    assert_everywhere(fails)
+
+
+def test_async_and_grouped_allreduce_of_plain_tensors():
+    """allreduce_async and grouped_allreduce(_) of contiguous CPU tensors go to the NumPy face
+    (mpi_ops._plain, _plain_group): exact results; out of place new tensors a later call of the
+    same name never writes while they are held; in place the caller's own tensors. A rank whose
+    tensors take the general path (one strided tensor) agrees with ranks on the fast path, named
+    or not: the parts' names are the same either way."""
+    fails = []
+    n = (1 << 18) + 3               # past the pool's small-array size: kept and reused by name
+    x = torch.arange(n, dtype=torch.float32) % 7 + RANK
+    want = sum(torch.arange(n, dtype=torch.float32) % 7 + r for r in range(N))
+    handle = hvd.allreduce_async(x, op=hvd.Sum, name="pa.big")
+    if not isinstance(handle, _bridge.AsTensor):
+        fails.append(f"allreduce_async of a plain tensor: {type(handle).__name__}, not the "
+                     "NumPy face's call")
+    held = handle.synchronize()
+    keep = held.clone()
+    for i in range(2):
+        later = hvd.synchronize(hvd.allreduce_async(x * (i + 2), op=hvd.Sum, name="pa.big"))
+        if later.data_ptr() == held.data_ptr() or not torch.equal(held, keep):
+            fails.append(f"allreduce_async call {i}: a held result was written")
+        if not torch.equal(later, want * (i + 2)):
+            fails.append(f"allreduce_async call {i}: {later[:4]}")
+    if not torch.equal(held, want):
+        fails.append(f"allreduce_async: {held[:4]}")
+    parts = [x.clone(), (x[:1000] * 2).to(torch.float64), torch.arange(5, dtype=torch.int32) + RANK]
+    wants = [want, (want[:1000] * 2).to(torch.float64),
+             sum(torch.arange(5, dtype=torch.int32) + r for r in range(N))]
+    gh = hvd.grouped_allreduce_async(parts, op=hvd.Sum, name="pg.h")
+    if not isinstance(gh, _bridge.AsTensor):
+        fails.append("grouped_allreduce_async of plain tensors: not the NumPy face's call")
+    hvd.synchronize(gh)
+    first = hvd.grouped_allreduce(parts, op=hvd.Sum, name="pg")
+    kept = [f.clone() for f in first]
+    again = hvd.grouped_allreduce([p * 3 for p in parts], op=hvd.Sum, name="pg")
+    for i, (f, k, a, w, p) in enumerate(zip(first, kept, again, wants, parts)):
+        if not (torch.equal(f, w) and f.dtype == p.dtype and f.data_ptr() != p.data_ptr()):
+            fails.append(f"grouped_allreduce part {i}: {f[:4]}")
+        if not torch.equal(f, k):
+            fails.append(f"grouped_allreduce part {i}: a held result was written")
+        if not torch.equal(a, w * 3):
+            fails.append(f"grouped_allreduce again, part {i}: {a[:4]}")
+    mine = [p.clone() for p in parts]
+    got = hvd.grouped_allreduce_(mine, op=hvd.Sum, name="pg_")
+    if not (all(g is m for g, m in zip(got, mine)) and all(map(torch.equal, mine, wants))):
+        fails.append("grouped_allreduce_: not the caller's tensors, reduced")
+    # the last rank takes the general path (a strided part), the others the fast one
+    for name in ("pg.mixed", None):
+        odd = torch.arange(2 * 7, dtype=torch.float32)[::2] + RANK
+        plain = torch.arange(7, dtype=torch.float32) * 2 + RANK
+        group = [x[:100].clone(), odd if RANK == N - 1 else plain]
+        got = hvd.grouped_allreduce(group, op=hvd.Sum, name=name)
+        w = sum(torch.arange(7, dtype=torch.float32) * 2 + r for r in range(N))
+        if not (torch.equal(got[0], want[:100]) and torch.equal(got[1], w)):
+            fails.append(f"grouped, mixed paths, name {name}: {got[1]}")
+        one = hvd.allreduce_async(odd if RANK == N - 1 else plain, op=hvd.Sum, name=name)
+        if not torch.equal(one.synchronize(), w):
+            fails.append(f"allreduce_async, mixed paths, name {name}")
     assert_everywhere(fails)
 
 
