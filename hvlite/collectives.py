@@ -213,10 +213,12 @@ def join_async():
     """join() as a handle. This rank's device collectives are run first, and at synchronize()
     the ranks' device orders agree again (gpu/worker.agree_order: the joined ranks did not
     count the device all-reduces that ran meanwhile)."""
-    st = runtime.current().global_state
+    rt = runtime.current()
+    st = rt.global_state
     w = getattr(st, "_gpu_worker", None)
     if w is not None:
         w.drain()
+    gpu_worker.before_join(rt)
 
     def agree(last):
         gpu_worker.agree_order(st, lambda a: host.allreduce_async_(

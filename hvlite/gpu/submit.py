@@ -14,7 +14,8 @@ import numpy as np
 from hvlite import runtime, submit as _host
 from hvlite.errors import DtypeError, InvalidArgumentError, UnsupportedOperationError
 from hvlite.gpu import arrays, cuda_aware, ring, staging
-from hvlite.gpu.worker import DeviceHandle, check_tickets, ticket_record, ticket_table, worker_of
+from hvlite.gpu.worker import (DeviceHandle, check_tickets, direct_comm, ticket_record,
+                               ticket_table, worker_of)
 from hvlite.ops import ReduceOp, as_op
 from hvlite.process_sets import global_process_set, state_of
 from hvlite._core.codes import COLLECTIVES
@@ -84,10 +85,7 @@ def _direct_comm(rt, st):
     """The communicator device memory goes to MPI on (global set only; other sets stage)."""
     if st.id != 0 or not is_cuda_aware(rt)[0]:
         return None
-    comm = getattr(rt, "_gpu_comm", None)
-    if comm is None:
-        comm = rt._gpu_comm = rt.comm.Dup()
-    return comm
+    return direct_comm(rt)
 
 
 def _device_check(be, x, what, name):
@@ -229,8 +227,8 @@ class _Job:
         del self.__dict__["self"]
 
     def __call__(self):
-        check_tickets(self.worker.ticket_table(self.ticket), self.name, self.st.ranks,
-                      _WHAT[self.kind])
+        everyone = check_tickets(self.worker.ticket_table(self.ticket), self.name,
+                                 self.st.ranks, _WHAT[self.kind])
         be, eng, xp = self.be, self.be.engine, self.be.xp
         # the current device is per thread (0 in a new one): this rank's GPU for everything
         # the worker thread does, its streams, events and allocations, and their release
@@ -242,7 +240,9 @@ class _Job:
         if stream is None:
             stream = self.worker.stream = (eng.new_stream(), eng.new_stream())
         with be.use(stream[1]):
-            if self.direct is not None:
+            # a rank that has joined takes part in host collectives only (as the op's
+            # identity): with one, MPI's own ring over device memory would wait for it
+            if self.direct is not None and everyone:
                 return self._direct(stream[1])
             if self.kind in (ALLREDUCE, BROADCAST):
                 return self._chunked(stream)

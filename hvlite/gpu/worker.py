@@ -21,6 +21,7 @@ import zlib
 import numpy as np
 
 from hvlite.errors import InvalidArgumentError, MismatchError
+from hvlite.gpu import cuda_aware
 from hvlite.work import Work
 
 FIELDS = ("name", "kind", "dtype", "op", "root", "bytes", "rejected", "order")
@@ -42,9 +43,11 @@ def ticket_table(record, position, n):
 
 def check_tickets(table, name, ranks, what):
     """Raise (identically on every rank: all see the same table) if the ranks disagree. Rows
-    left empty (ranks that had joined, which contribute nothing) are not compared."""
+    left empty (ranks that had joined, which contribute nothing) are not compared. Returns
+    whether every rank filled its row (none had joined)."""
     table = np.asarray(table).reshape(len(ranks), len(FIELDS))
     here = table[:, 0] != EMPTY          # a name's crc is never negative
+    everyone = bool(here.all())
     ranks, table = [q for q, h in zip(ranks, here) if h], table[here]
     bad = [ranks[i] for i in range(len(ranks)) if table[i, REJECTED]]
     if bad:
@@ -57,6 +60,7 @@ def check_tickets(table, name, ranks, what):
             f"{what} {name!r}: the ranks' device collectives disagree in {', '.join(diff)} "
             f"(ranks {odd} differ from rank {ranks[0]}); device collectives must be submitted "
             "in the same order, with the same arguments, on every rank")
+    return everyone
 
 
 class DeviceHandle(Work):
@@ -180,6 +184,22 @@ class DeviceWorker:
 
     def stop(self):
         self.queue.put((None, None))
+
+
+def direct_comm(rt):
+    """The communicator device memory goes to MPI on, with a CUDA-aware MPI: a collective Dup
+    of the job's, made once, at this rank's first such call or its first join."""
+    comm = getattr(rt, "_gpu_comm", None)
+    if comm is None:
+        comm = rt._gpu_comm = rt.comm.Dup()
+    return comm
+
+
+def before_join(rt):
+    """join() on every rank, before the host join: the communicator above is made now if it is
+    ever to be, since a rank that has joined would not be there for the others' first call."""
+    if cuda_aware.decide(rt.settings.cuda_aware)[0]:
+        direct_comm(rt)
 
 
 def agree_order(st, allreduce_max):

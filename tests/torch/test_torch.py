@@ -77,13 +77,16 @@ def test_cuda_tensors_on_a_stand_in(mpirun):
     assert out.count("device ok") == 3
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_horovods_gpu_rules_on_a_stand_in(mpirun, n):
+@pytest.mark.parametrize("n,aware", [(2, "0"), (3, "0"), (2, "1")])
+def test_horovods_gpu_rules_on_a_stand_in(mpirun, n, aware):
     """What Horovod's test_torch.py asks of CUDA tensors and failed on a GPU: join with
     device all-reduces, float16 scaling in half precision, Adasum, CPU/GPU groups refused,
-    alltoall's received splits like the splits given."""
+    alltoall's received splits like the splits given. With a CUDA-aware MPI (aware="1": the
+    stand-in's host memory handed to MPI) a device all-reduce while a rank has joined takes
+    the staged path, and its communicator is made before the first join: MPI's own ring, or
+    its first Dup, would wait for the joined rank."""
     pytest.importorskip("torch")
     out = mpirun(n, "tests/torch/mpi_torch_device_rules.py", timeout=240, pytest_module=False,
                  env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096",
-                      "HVLITE_CALIBRATE": "0"})
+                      "HVLITE_CALIBRATE": "0", "HVLITE_CUDA_AWARE": aware})
     assert out.count("device rules ok") == n
