@@ -209,6 +209,8 @@ def reducescatter(x, op=Average, name=None, process_set=global_process_set):
 # ---- barrier, join, objects ---------------------------------------------------------------
 
 barrier_async = host.barrier_async
+
+
 def join_async():
     """join() as a handle. This rank's device collectives are run first, and at synchronize()
     the ranks' device orders agree again (gpu/worker.agree_order: the joined ranks did not
