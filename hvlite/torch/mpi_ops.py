@@ -425,7 +425,8 @@ def _alltoall_result(res, dtype, splits=None):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Start sending splits[i] rows of `tensor` to rank i (equal parts without splits).
-    synchronize() returns (received rows, received splits as an int32 tensor)."""
+    synchronize() returns (received rows, received splits: int32 on the CPU, or like the
+    splits tensor given)."""
     arr = B.view(tensor, _coll.ALLTOALL, name, process_set=process_set)
     given = splits
     splits = _alltoall_splits(tensor, arr, splits, name, process_set)
