@@ -3,31 +3,20 @@ route on a CPU. Tensors are marked "on the device" (hvlite.torch._bridge.on_devi
 host-backed stand-in array family (tests/gpu/host_backend.py) runs the device path, so the
 torch side of CUDA tensors (operands, dtype views, results as tensors, errors on every rank,
 compression by casts, DistributedOptimizer) runs without a GPU."""
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import torch
 
-import hvlite.torch as hvd  # noqa: E402
-from hvlite.gpu import arrays  # noqa: E402
-from hvlite.torch import _bridge  # noqa: E402
-from torch_standin import TorchStandIn  # noqa: E402
+import hvlite.torch as hvd
+from torch_standin import route, start
 
-torch.set_num_threads(1)
-hvd.init()
-r, n = hvd.rank(), hvd.size()
+r, n, be = start(hvd)
 fails = []
-
-
-be = TorchStandIn(seed=r)
 
 
 def device(on):
     """Route every tensor the device way (on=True) or back to the host path."""
-    arrays.FAMILIES[:] = [(lambda x: isinstance(x, torch.Tensor), lambda: be)] if on else []
-    _bridge.on_device = (lambda t: True) if on else (lambda t: t.device.type == "cuda")
+    route(be, "all" if on else None)
 
 
 def same(what, got, want, exact=True):

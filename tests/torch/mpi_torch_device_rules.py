@@ -11,29 +11,17 @@ group check, where only tensors marked `t.gpu` do, so that a group can mix both.
 - alltoall's received splits come back in the splits tensor's dtype and device."""
 import sys
 
-import numpy as np
 import torch
 
 import hvlite.torch as hvd
-from hvlite.gpu import arrays
-from hvlite.torch import _bridge
-from torch_standin import TorchStandIn
+from torch_standin import route, start
 
-torch.set_num_threads(1)
-hvd.init()
-r, n = hvd.rank(), hvd.size()
+r, n, be = start(hvd)
 fails = []
-be = TorchStandIn(seed=r)
 
 
 def device(mode):
-    """"all": every tensor takes the device route; "marked": only tensors marked `t.gpu`
-    (a group can mix both); None: none."""
-    pred = {"all": lambda t: isinstance(t, torch.Tensor),
-            "marked": lambda t: isinstance(t, torch.Tensor) and getattr(t, "gpu", False),
-            None: lambda t: False}[mode]
-    arrays.FAMILIES[:] = [(pred, lambda: be)] if mode else []
-    _bridge.on_device = pred if mode else (lambda t: t.device.type == "cuda")
+    route(be, mode)
 
 
 def gpu(x):

@@ -6,6 +6,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
 import torch  # noqa: E402
 
+from hvlite.gpu import arrays  # noqa: E402
+from hvlite.torch import _bridge  # noqa: E402
 from host_backend import HostBackend  # noqa: E402
 
 
@@ -37,3 +39,21 @@ class TorchStandIn(HostBackend):
         here torch reads the memory at once)."""
         self.settle()
         return torch.from_numpy(a)
+
+
+def start(hvd):
+    """One thread for torch, hvlite started: (rank, size, the stand-in for this rank)."""
+    torch.set_num_threads(1)
+    hvd.init()
+    r = hvd.rank()
+    return r, hvd.size(), TorchStandIn(seed=r)
+
+
+def route(be, mode):
+    """Which tensors take the device route to stand-in `be`: "all"; "marked", only those
+    marked `t.gpu = True` (a group can mix both); None, none but real CUDA tensors."""
+    pred = {"all": lambda t: isinstance(t, torch.Tensor),
+            "marked": lambda t: isinstance(t, torch.Tensor) and getattr(t, "gpu", False),
+            None: lambda t: t.device.type == "cuda"}[mode]
+    arrays.FAMILIES[:] = [(pred, lambda: be)] if mode else []
+    _bridge.on_device = pred
