@@ -179,22 +179,35 @@ def scale_(t, factor):
 TorchHandle = Mapped
 
 
-class Returning(Work):
-    """The handle of an in-place call on a tensor: the NumPy face's handle, and the tensor as
-    its result (what Mapped does with a function and a list, for the gradient hooks' every
-    call: 1 KB allreduce_async_ then synchronize, docs/benchmarks.md "The torch layer")."""
+class _Over(Work):
+    """A handle over the NumPy face's handle `inner`, whose result it turns into a tensor's."""
 
-    __slots__ = ("inner", "value")
+    __slots__ = ("inner",)
 
-    def __init__(self, inner, value):
+    def __init__(self, inner):
         super().__init__()
-        self.inner, self.value = inner, value
+        self.inner = inner
 
     def _ready(self):
         return self.inner.poll()
 
     def _block(self):
         self.inner.wait()
+
+    def _release(self):
+        self.inner = None
+
+
+class Returning(_Over):
+    """The handle of an in-place call on a tensor: the NumPy face's handle, and the tensor as
+    its result (what Mapped does with a function and a list, for the gradient hooks' every
+    call: 1 KB allreduce_async_ then synchronize, docs/benchmarks.md "The torch layer")."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, inner, value):
+        super().__init__(inner)
+        self.value = value
 
     def _collect(self):
         self.inner.synchronize()        # raises the collective's error as it is
@@ -232,30 +245,17 @@ def host_copy(t):
     return host, host.numpy()
 
 
-class AsTensor(Work):
+class AsTensor(_Over):
     """The handle of an out-of-place call through the NumPy face: its array result as a tensor
     over the same memory (the output pool reuses a name's array only when nothing holds it)."""
 
-    __slots__ = ("inner",)
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def _ready(self):
-        return self.inner.poll()
-
-    def _block(self):
-        self.inner.wait()
+    __slots__ = ()
 
     def _collect(self):
         got = self.inner.synchronize()
         if isinstance(got, list):           # a group's
             return [torch.from_numpy(a) for a in got]
         return torch.from_numpy(got)
-
-    def _release(self):
-        self.inner = None
 
 
 def group_base(name, kind):

@@ -180,32 +180,33 @@ def _grouped_allreduce_async(tensors, average, name, op, pre, post, process_set,
     if arrs and all(a is not None for a in arrs):   # every part a plain CPU tensor
         return _plain_group(tensors, arrs, op, base, _numpy_set(process_set), inplace)
     start = allreduce_async_ if inplace else allreduce_async
+    return B.GroupHandle(_every_part(lambda i, t: start(
+        t, None, f"{base}.{i}", op, pre, post, process_set, compression), tensors))
+
+
+def _every_part(start, parts):
+    """start(i, part) for every part of a group, each sent out (poisoned if rejected) even after
+    one failed, so no rank is left waiting for the parts after a bad one; the first error is
+    raised once every part is out."""
     handles, first = [], None
-    for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
-        try:                            # left waiting for the parts after a bad one
-            handles.append(start(t, None, f"{base}.{i}", op, pre, post, process_set, compression))
+    for i, part in enumerate(parts):
+        try:
+            handles.append(start(i, part))
         except Exception as e:          # noqa: BLE001 - raised once every part is out
             first = first or e
     if first is not None:
         raise first
-    return B.GroupHandle(handles)
+    return handles
 
 
 def _plain_group(tensors, arrs, op, base, process_set, inplace):
     """A group of plain CPU tensors through the NumPy face, under the names the general path
-    gives its parts (base.i), so that ranks taking either path agree. 8 tensors of 1 KB on
-    2 ranks: 128 -> 22 us out of place, 36 -> 17 us in place (docs/benchmarks.md)."""
+    gives its parts (base.i), so that ranks taking either path agree (docs/benchmarks.md, "The
+    torch layer")."""
     if not inplace:
         return B.AsTensor(_coll.grouped_allreduce_async(arrs, op, base, None, process_set))
-    handles, first = [], None
-    for i, a in enumerate(arrs):        # every part goes out, as in the general path
-        try:
-            handles.append(_coll.allreduce_async_(a, op, f"{base}.{i}", None, process_set))
-        except Exception as e:          # noqa: BLE001 - raised once every part is out
-            first = first or e
-    if first is not None:
-        raise first
-    return B.Returning(B.GroupHandle(handles), list(tensors))
+    return B.Returning(B.GroupHandle(_every_part(lambda i, a: _coll.allreduce_async_(
+        a, op, f"{base}.{i}", None, process_set), arrs)), list(tensors))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -541,16 +542,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     base = B.group_base(name, "grouped_reducescatter")
     B.one_device(tensors, _coll.REDUCESCATTER, base, process_set)
-    handles, first = [], None
-    for i, t in enumerate(tensors):     # every part goes out (poisoned if rejected): no rank is
-        try:                            # left waiting for the parts after a bad one
-            handles.append(reducescatter_async(t, f"{base}.{i}", op, process_set,
-                                               prescale_factor, postscale_factor))
-        except Exception as e:          # noqa: BLE001 - raised once every part is out
-            first = first or e
-    if first is not None:
-        raise first
-    return B.GroupHandle(handles)
+    return B.GroupHandle(_every_part(lambda i, t: reducescatter_async(
+        t, f"{base}.{i}", op, process_set, prescale_factor, postscale_factor), tensors))
 
 
 class _GroupedReducescatter(torch.autograd.Function):
