@@ -19,6 +19,9 @@ Modes (each rank at torch.set_num_threads(1)):
   hvlite       hvd.DistributedOptimizer(opt, named_parameters=...) + hvd.broadcast_parameters,
                as docs/horovod.md recommends
   hvlite fp16  the same with compression=hvd.Compression.fp16
+  no communication (--modes ...,apart; not by default) every rank trains its own copy at once,
+               plain optimizer: the step no data-parallel framework can beat on these cores
+               (with more ranks than cores, "1 process" x N is not that bound)
 After warm-up steps, each round runs --steps steps of every mode, the order of the modes rotated
 from round to round so that drift on the machine hits them alike; a mode's step time in a round
 is the slowest rank's. samples/s = global batch / step time, the median over rounds; efficiency
@@ -59,7 +62,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 import hvlite  # noqa: E402
 import hvlite.torch as hvd  # noqa: E402
 
-MODES = {"one": "1 process", "ddp": "DDP gloo", "hvlite": "hvlite", "fp16": "hvlite fp16"}
+MODES = {"one": "1 process", "ddp": "DDP gloo", "hvlite": "hvlite", "fp16": "hvlite fp16",
+         "apart": "no communication"}
 
 
 # ---- models -----------------------------------------------------------------------------------
@@ -244,7 +248,7 @@ def setups(base, lr, modes):
     out = {}
     for mode in modes:
         model = fresh_copy(base)
-        if mode == "one":
+        if mode in ("one", "apart"):
             out[mode] = (model, sgd(model.parameters(), lr))
         elif mode == "ddp":
             out[mode] = (DDP(model), sgd(model.parameters(), lr))
@@ -343,6 +347,15 @@ def report(results, modes, args):
               f"{cell(row, 'hvlite')} | {cell(row, 'fp16')} | {x(row['hvlite / DDP'])} | "
               f"{x(row['hvlite fp16 / DDP'])} |")
     print("# efficiency: samples/s on N ranks / (N x samples/s of 1 process)")
+    if "apart" in modes:
+        print("| model | no communication (every rank alone) | DDP / it | hvlite / it | "
+              "hvlite fp16 / it | best hvlite / DDP possible |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            bound = row[MODES["apart"]]
+            print(f"| {row['model']} | {fmt(bound)} | {x(ratio(row['DDP gloo'], bound))} | "
+                  f"{x(ratio(row['hvlite'], bound))} | {x(ratio(row['hvlite fp16'], bound))} | "
+                  f"{x(ratio(bound, row['DDP gloo']))} |")
     if args.out:
         with open(args.out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -450,8 +463,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="mlp,resnet18,gpt", help="comma-separated: " +
                    ",".join(MODELS))
-    p.add_argument("--modes", default=",".join(MODES),
-                   help="comma-separated subset of: one (1 process), ddp, hvlite, fp16")
+    p.add_argument("--modes", default="one,ddp,hvlite,fp16",
+                   help="comma-separated subset of: one (1 process), ddp, hvlite, fp16, apart "
+                        "(every rank alone at once, no communication)")
     p.add_argument("--rounds", type=int, default=7, help="rotated rounds (medians over them)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode per round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per mode first")

@@ -12,6 +12,8 @@ SCRIPTS = [
     (["scripts/bench_training_numpy.py", "--steps", "2"], "efficiency"),
     (["scripts/bench_training.py", "--models", "mlp", "--rounds", "1", "--steps", "1",
       "--warmup", "1"], "hvlite / DDP"),
+    (["scripts/bench_training.py", "--models", "mlp", "--modes", "apart,hvlite", "--rounds", "1",
+      "--steps", "1", "--warmup", "1"], "| no communication (every rank alone) |"),
     (["scripts/bench_average.py", "--sizes", "4K", "--reps", "2"], "Average / Sum"),
     (["scripts/bench_unnamed.py", "--calls", "3", "--steps", "5", "--reps", "2"], "unnamed / named"),
     (["scripts/bench_cast.py", "--sizes", "1001", "--repeats", "3"], "kernel"),
