@@ -275,6 +275,8 @@ def test_direct_reads_give_every_rank_the_same_bits():
     for attempt in range(3):
         streamed = hvd.allreduce(huge[RANK], op=hvd.Average, name="d.huge.out",
                                  algorithm="shm" if ENABLED else None)
+        streamed_sum = hvd.allreduce(huge[RANK], op=hvd.Sum, name="d.huge.sum",
+                                     algorithm="shm" if ENABLED else None)
     parts = np.array_split(big[RANK], 7)        # odd sizes; every other one in place
     mixed = [p.copy() for p in parts]
     for attempt in range(2):
@@ -292,12 +294,23 @@ def test_direct_reads_give_every_rank_the_same_bits():
                             ("out of place, Max", outmax, big.max(0)),
                             ("out of place, Average", outavg, big.sum(0) / N),
                             ("mixed batch", np.concatenate(mixed), big.sum(0)),
-                            ("streamed", streamed, huge.sum(0) / N)):
+                            ("streamed", streamed, huge.sum(0) / N),
+                            ("streamed, Sum", streamed_sum, huge.sum(0))):
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
             failures.append(f"rank {RANK}: {what} differs from NumPy")
         every = MPI.COMM_WORLD.allgather(got.tobytes())
         if any(b != every[0] for b in every):
             failures.append(f"rank {RANK}: {what} is not bit for bit the same on every rank")
+    if ENABLED and hvd.local_size() == N:
+        # one node: every element is the ranks' inputs added in rank order, whichever way the
+        # segment went and whichever rank reduced it (each rank folds its own inputs in where
+        # they come, with no copy of them first)
+        for what, got, rows in (("out of place", outplace, big), ("streamed, Sum", streamed_sum, huge)):
+            ordered = rows[0].copy()
+            for r in range(1, N):
+                ordered += rows[r]
+            if got.tobytes() != ordered.tobytes():
+                failures.append(f"rank {RANK}: {what} is not the rank-order sum bit for bit")
     assert_everywhere(failures)
 
 

@@ -34,7 +34,7 @@ from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.kernels.reduce cimport divide_by, reduce_into, reduce_to
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
 from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
-                               shm_slice_start, shm_gather, shm_scatter, SHM_STREAM_MIN)
+                               shm_slice_start, shm_scatter, SHM_STREAM_MIN)
 
 cdef extern from "<sys/uio.h>" nogil:
     struct iovec:
@@ -258,6 +258,26 @@ cdef void _reduce_into_own(const int64_t* w, size_t np, size_t a, size_t b, cons
         i += 1
 
 
+cdef void _fold_own(const int64_t* w, size_t np, size_t a, size_t b, char* acc,
+                    const char* src, size_t es, int dtype, int op) noexcept nogil:
+    """acc (elements [a, b), contiguous) takes this rank's inputs in one pass, without a copy of
+    them first: acc op= inputs, or with `src` acc = inputs op src (the next rank's elements)."""
+    cdef size_t i = _find(w, np, a), stop, take, at
+    while a < b and i < np:
+        stop = <size_t>(w[i * PER] + w[i * PER + 1])
+        take = (stop if stop < b else b) - a
+        if take:
+            at = (a - <size_t>w[i * PER]) * es
+            if src != NULL:
+                reduce_to(acc, <const char*>(<uint64_t>w[i * PER + 2]) + at, src, take, dtype, op)
+                src += take * es
+            else:
+                reduce_into(acc, <const char*>(<uint64_t>w[i * PER + 2]) + at, take, dtype, op)
+            acc += take * es
+            a += take
+        i += 1
+
+
 cdef void _divide_own(const int64_t* w, size_t np, size_t a, size_t b, size_t es, int dtype,
                       long divisor) noexcept nogil:
     """This rank's outputs for [a, b) divided by `divisor` (Average's last pass, while the
@@ -355,15 +375,20 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                     err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
                                 es, loc, rem, stream)
         else:
+            # in rank order, this rank's inputs folded in where they come, not copied first
+            # (a fifth of an out-of-place 64 MiB call on 2 ranks went to that copy)
             for r in range(a.L):
                 if r == a.me:
-                    shm_gather(p, np, at, at + n, acc if r == 0 else tmp, dtype, op)
-                else:
-                    err = _peer_inputs(&tables[r], at, at + n, es, acc if r == 0 else tmp,
-                                       loc, rem)
-                    if err:
-                        break
-                if r:
+                    if r:
+                        _fold_own(tables[a.me].w, np, at, at + n, acc, NULL, es, dtype, op)
+                    continue        # rank 0's: with rank 1's elements, below
+                err = _peer_inputs(&tables[r], at, at + n, es, acc if r == 0 else tmp,
+                                   loc, rem)
+                if err:
+                    break
+                if r == 1 and a.me == 0:
+                    _fold_own(tables[a.me].w, np, at, at + n, acc, tmp, es, dtype, op)
+                elif r:
                     reduce_into(acc, tmp, n, dtype, op)
             if err == 0:
                 if divisor > 1:
