@@ -315,6 +315,36 @@ def test_direct_reads_give_every_rank_the_same_bits():
 
 
 @pytest.mark.skipif(not ENABLED, reason="no segment with HVLITE_SHM=0")
+def test_a_joined_rank_adds_the_identity_through_the_slots():
+    """A joined rank has no buffers, so a batch goes through the slots, and that rank reduces
+    its slice of it too, its own part the op's identity (Horovod: it adds zeros). Every element is
+    the ranks' parts added in rank order, the joined rank's +0.0 among them, bit for bit: where
+    every other rank has -0.0, the sum is +0.0 only if the identity was added, not skipped."""
+    if N < 2 or hvd.local_size() != N:
+        pytest.skip("needs a rank to join, on one node")
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((N, 3, 40000)).astype(np.float32)    # past the redundant limit
+    rows[:, :, ::7] = -0.0
+    failures = []
+    if RANK == N - 1:
+        hvd.join()
+    else:
+        handles = [hvd.allreduce_async(rows[RANK, k], op=hvd.Sum, name=f"j.slots.{k}",
+                                       algorithm="shm") for k in range(3)]
+        got = [h.synchronize() for h in handles]
+        hvd.join()
+        want = rows[0].copy()
+        for r in range(1, N):
+            want += rows[r] if r != N - 1 else np.zeros_like(rows[r])
+        for k in range(3):
+            if got[k].tobytes() != want[k].tobytes():
+                bad = np.flatnonzero(got[k].view(np.uint32) != want[k].view(np.uint32))
+                failures.append(f"rank {RANK}: tensor {k} differs at {bad.size} elements, "
+                                f"first {bad[:3]}: {got[k][bad[:3]]} against {want[k][bad[:3]]}")
+    assert_everywhere(failures)
+
+
+@pytest.mark.skipif(not ENABLED, reason="no segment with HVLITE_SHM=0")
 def test_a_rank_asleep_in_a_barrier_is_woken_by_the_late_one():
     """A rank that reaches the segment's barrier long before the last one spins, yields, then
     sleeps on the late rank's epoch word; the late rank wakes it when it arrives (a wait that

@@ -30,7 +30,8 @@ from posix.fcntl cimport O_CREAT, O_EXCL, O_RDWR
 from posix.unistd cimport ftruncate, close
 from mpi4py.libmpi cimport *
 from hvlite._core.dtypes cimport dtype_size
-from hvlite._core.kernels.reduce cimport copy_divided, divide_by, reduce_into, fill_identity
+from hvlite._core.kernels.reduce cimport (copy_divided, divide_by, reduce_into, reduce_to,
+                                          fill_identity)
 from hvlite._core.algorithms.p2p cimport block_start, comm_size
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST, HV_ERR_DESYNC
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
@@ -308,13 +309,18 @@ cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype
     cdef size_t es = dtype_size(dtype), step = CHUNK // es, done = 0, n, at
     cdef const char* src
     cdef int r
+    cdef const char* first = NULL
     while done < count:
         n = count - done if count - done < step else step
         at = (offset + done) * es
         for r in range(a.L):
             src = own + done * es if own != NULL and r == a.me else _slot(a, r, parity) + at
             if r == 0:
-                memcpy(acc, src, n * es)
+                first = src
+                if a.L == 1:
+                    memcpy(acc, src, n * es)
+            elif r == 1:
+                reduce_to(acc, first, src, n, dtype, op)    # no copy of the first into acc
             else:
                 reduce_into(acc, src, n, dtype, op)
         copy_divided(dst + done * es, acc, n, dtype, divisor)     # divided as it is copied
@@ -497,8 +503,9 @@ cdef void _reduce_to_pieces(ShmArea* a, int parity, size_t off, size_t count, in
     cdef int r
     while done < count:
         n = count - done if count - done < step else step
-        memcpy(acc, _slot(a, 0, parity) + done * es, n * es)
-        for r in range(1, a.L):
+        reduce_to(acc, _slot(a, 0, parity) + done * es, _slot(a, 1, parity) + done * es, n,
+                  dtype, op)      # (L > 1 here)
+        for r in range(2, a.L):
             reduce_into(acc, _slot(a, r, parity) + done * es, n, dtype, op)
         if divisor > 1:
             divide_by(acc, n, dtype, divisor)
@@ -514,27 +521,67 @@ cdef inline void _gather_except(const ShmPiece* p, size_t np, size_t off, size_t
     _gather(p, np, off + hi, off + n, slot + hi * es, dtype, op)
 
 
+cdef void _fold(const ShmPiece* p, size_t np, size_t a, size_t b, char* acc, const char* src,
+                bint own_first, int dtype, int op) noexcept nogil:
+    """acc (batch elements [a, b), contiguous) takes this rank's inputs in one pass, with no copy
+    of them first: acc op= inputs; or with `src` (another rank's elements) acc = inputs op src
+    (`own_first`) or src op inputs. A piece with no input (a joined rank) is the op's identity,
+    reduced as gather's copy of it was."""
+    cdef double ident[2048]         # CHUNK bytes
+    cdef size_t es = dtype_size(dtype), i, take, end
+    cdef const char* x
+    if a >= b:
+        return
+    i = _find(p, np, a)
+    while a < b and i < np:
+        end = p[i].start + p[i].count
+        take = (end if end < b else b) - a
+        if take:
+            if p[i].input != NULL:
+                x = p[i].input + (a - p[i].start) * es
+            else:
+                fill_identity(<char*>ident, take, dtype, op)
+                x = <const char*>ident
+            if src == NULL:
+                reduce_into(acc, x, take, dtype, op)
+            elif own_first:
+                reduce_to(acc, x, src, take, dtype, op)
+            else:
+                reduce_to(acc, src, x, take, dtype, op)
+            acc += take * es
+            if src != NULL:
+                src += take * es
+            a += take
+        i += 1
+
+
 cdef void _reduce_slice_pieces(ShmArea* a, int parity, size_t off, size_t lo, size_t hi, int dtype,
                                int op, const ShmPiece* p, size_t np, char* result,
                                long divisor, bint stream) noexcept nogil:
     """result[lo:hi) and the pieces' outputs for batch elements [off + lo, off + hi) = the slots
     reduced in slot order, this rank's own contribution read from its inputs."""
     cdef double acc_mem[2048]
-    cdef double own_mem[2048]
     cdef char* acc = <char*>acc_mem
-    cdef char* own = <char*>own_mem
     cdef size_t es = dtype_size(dtype), step = CHUNK // es, at = lo, n
-    cdef const char* src
     cdef int r
     while at < hi:
         n = hi - at if hi - at < step else step
-        _gather(p, np, off + at, off + at + n, own, dtype, op)
-        for r in range(a.L):
-            src = own if r == a.me else _slot(a, r, parity) + at * es
-            if r == 0:
-                memcpy(acc, src, n * es)
+        # in slot order, this rank's inputs folded in where they come (not gathered into a
+        # buffer first), the first two operands in one pass (L > 1 here)
+        if a.me == 0:
+            _fold(p, np, off + at, off + at + n, acc, _slot(a, 1, parity) + at * es, True,
+                  dtype, op)
+        elif a.me == 1:
+            _fold(p, np, off + at, off + at + n, acc, _slot(a, 0, parity) + at * es, False,
+                  dtype, op)
+        else:
+            reduce_to(acc, _slot(a, 0, parity) + at * es, _slot(a, 1, parity) + at * es, n,
+                      dtype, op)
+        for r in range(2, a.L):
+            if r == a.me:
+                _fold(p, np, off + at, off + at + n, acc, NULL, True, dtype, op)
             else:
-                reduce_into(acc, src, n, dtype, op)
+                reduce_into(acc, _slot(a, r, parity) + at * es, n, dtype, op)
         copy_divided(result + at * es, acc, n, dtype, divisor)
         _scatter(p, np, off + at, off + at + n, result + at * es, dtype, stream)
         at += n
