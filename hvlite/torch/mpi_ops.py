@@ -42,6 +42,9 @@ def _plain(tensor, prescale_factor=1.0, postscale_factor=1.0, compression=None):
     return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
 
 
+_CAST_METHODS = frozenset(("fp16", "bf16"))
+
+
 def _numpy_set(process_set):
     return global_process_set if process_set is None else process_set
 
@@ -117,10 +120,18 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set, compression=None):
     """Start an allreduce in place on `tensor`."""
     op = B.resolve_op(op, average)
-    arr = _plain(tensor, prescale_factor, postscale_factor, compression)
-    if arr is not None:     # DistributedOptimizer's hooks, every gradient: the NumPy face's call
-        return B.Returning(_coll.allreduce_async_(arr, op, name, None, _numpy_set(process_set)),
-                           tensor)
+    arr = _plain(tensor, prescale_factor, postscale_factor)
+    if arr is not None:
+        if compression is None or compression is Compression.none:
+            # DistributedOptimizer's hooks, every gradient: the NumPy face's call
+            return B.Returning(_coll.allreduce_async_(arr, op, name, None,
+                                                      _numpy_set(process_set)), tensor)
+        if getattr(compression, "method", None) in _CAST_METHODS:
+            # the same with compression=fp16 or bf16: the compressor's own call on the
+            # tensor's NumPy view, as the general path ends up making it, without that path's
+            # checks and handle for a tensor of any kind (64 -> 30 us for a 256x256 weight)
+            return B.Returning(compression.inner.allreduce_async(
+                arr, op=op, name=name, out=arr, process_set=_numpy_set(process_set)), tensor)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
                             process_set, compression)
 

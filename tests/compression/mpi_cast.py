@@ -72,3 +72,29 @@ def test_compressed_allreduce_keeps_a_0d_array_0d():
     y = x.copy()
     assert hvd.allreduce_(y, op=hvd.Sum, name="scalar.inplace", compression=Compression.fp16) is y
     assert y.shape == () and y.tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("op", [hvd.Average, hvd.Sum], ids=["average", "sum"])
+@pytest.mark.parametrize("method", ["fp16", "bf16"])
+def test_the_hooks_short_way_writes_and_counts_what_the_general_way_does(method, op):
+    """A named C-contiguous float32 array reduced in place on the global set (a gradient hook's
+    call) takes Cast's short way (the cast, the lean face's submit, the cast back); an unnamed
+    one takes the general way. Both write the same bits, return x, count the same bytes in
+    stats(), and out of place the short way gives a new float32 array of the same bits."""
+    from hvlite.compression import stats
+    c = getattr(Compression, method)
+    rng = np.random.default_rng([hvd.rank(), 11])
+    g = (rng.standard_normal((300, 7)) * 1e-3).astype(np.float32)
+    short, general = g.copy(), g.copy()
+    before = stats()["methods"].get(method, {}).get("payload_bytes", 0)
+    h = hvd.allreduce_async_(short, op=op, name=f"short.{method}.{int(op)}", compression=c)
+    assert type(h).__name__ == "_CastBack", type(h)         # the short way was taken
+    assert hvd.synchronize(h) is short
+    middle = stats()["methods"][method]["payload_bytes"]
+    assert hvd.synchronize(hvd.allreduce_async_(general, op=op, compression=c)) is general
+    after = stats()["methods"][method]["payload_bytes"]
+    assert short.tobytes() == general.tobytes()
+    assert middle - before == after - middle == g.size * 2
+    new = hvd.allreduce(g, op=op, name=f"short.new.{method}.{int(op)}", compression=c)
+    assert new is not g and new.dtype == np.float32 and new.tobytes() == short.tobytes()
+    assert_identical_everywhere(short, f"short.{method}")

@@ -11,6 +11,7 @@ import hvlite.torch as hvd  # noqa: E402
 from hvlite.errors import DuplicateNameError  # noqa: E402
 from hvlite.torch import _bridge  # noqa: E402
 from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,  # noqa: E402
+                     assert_identical_everywhere,
                      rank_input, reference)
 
 hvd.init()
@@ -674,3 +675,37 @@ def test_duplicate_names_with_the_peer_in_a_barrier(kind):
         run(torch.ones(2 * N, 3), name)
     hvd.barrier()
     assert_everywhere(fails)
+
+
+@pytest.mark.parametrize("method", ["fp16", "bf16"])
+def test_compressed_in_place_allreduce_of_a_plain_tensor(method):
+    """allreduce_async_ with compression=fp16/bf16 on a contiguous CPU float32 tensor (what
+    DistributedOptimizer(compression=...) does for every gradient) hands its NumPy view to the
+    compressor, skipping the general path: it returns the tensor itself, reduced to the bits
+    the general path gives (a tensor it takes: prescale_factor=1.0 but a strided view), on
+    every rank. The last rank takes the general path for the same name, and they agree."""
+    if method == "bf16":
+        pytest.importorskip("ml_dtypes")
+    c = getattr(hvd.Compression, method)
+    fails = []
+    g = (torch.arange(4099, dtype=torch.float32) * 1e-3 - 2) * (RANK + 1)
+    for name in (f"cmp.{method}", None):
+        short = g.clone()
+        h = hvd.allreduce_async_(short, name=name, compression=c)
+        if name and not isinstance(h, _bridge.Returning):
+            fails.append(f"{method}: {type(h).__name__}, not the compressor's short way")
+        if hvd.synchronize(h) is not short:
+            fails.append(f"{method}, name {name}: not the tensor itself")
+        base = torch.zeros(2 * 4099, dtype=torch.float32)
+        strided = base[::2]
+        strided.copy_(g)
+        got = hvd.synchronize(hvd.allreduce_async_(strided, name=f"cmp.{method}.s" if name else None,
+                                                   compression=c))
+        if got is not strided or not torch.equal(strided, short):
+            fails.append(f"{method}, name {name}: the general path's bits differ")
+    mixed = g.clone() if RANK < N - 1 else torch.zeros(2 * 4099)[::2].copy_(g)
+    got = hvd.synchronize(hvd.allreduce_async_(mixed, name=f"cmp.{method}.mixed", compression=c))
+    if not torch.equal(got, short):
+        fails.append(f"{method}: ranks on the two paths disagree")
+    assert_everywhere(fails)
+    assert_identical_everywhere(short.numpy(), f"cmp.{method}")
