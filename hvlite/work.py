@@ -37,6 +37,27 @@ class Composite(Work):
         self.parts, self.finish = (), None
 
 
+class Over(Work):
+    """A handle over one other handle, `inner`, whose result it turns into its own in
+    `_collect` (a subclass's): no list of parts and no function call, for the calls made once
+    per gradient (hvlite.torch's in-place and out-of-place calls, a cast's way back)."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def _ready(self):
+        return self.inner.poll()
+
+    def _block(self):
+        self.inner.wait()
+
+    def _release(self):
+        self.inner = None
+
+
 class GroupHandle(Composite):
     """Handles of one grouped call; synchronizes to the list of results."""
 

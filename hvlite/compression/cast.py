@@ -13,7 +13,7 @@ from hvlite.compression.base import Compressor, Then
 from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
 from hvlite.process_sets import global_process_set
-from hvlite.work import Work
+from hvlite.work import Over
 
 
 class NoCompression(Compressor):
@@ -98,21 +98,15 @@ class Cast(Compressor):
         return super().allreduce_async(x, op, name, out, process_set)
 
 
-class _CastBack(Work):
+class _CastBack(Over):
     """Cast.allreduce_async's short way: the cast's handle, and its result cast back into
     `out` (a new float32 array without one) once it completes."""
 
-    __slots__ = ("inner", "low", "out")
+    __slots__ = ("low", "out")
 
     def __init__(self, inner, low, out):
-        super().__init__()
-        self.inner, self.low, self.out = inner, low, out
-
-    def _ready(self):
-        return self.inner.poll()
-
-    def _block(self):
-        self.inner.wait()
+        super().__init__(inner)
+        self.low, self.out = low, out
 
     def _collect(self):
         self.inner.synchronize()        # raises the collective's error as it is

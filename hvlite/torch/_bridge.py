@@ -15,7 +15,7 @@ import hvlite as _hv
 from hvlite import collectives as _coll
 from hvlite import route as _route
 from hvlite._core.codes import COLLECTIVES
-from hvlite.work import Composite, GroupHandle, Mapped, Work  # noqa: F401  (one protocol, shared)
+from hvlite.work import Composite, GroupHandle, Mapped, Over, Work  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
 from hvlite.torch.compression import Compression
@@ -179,26 +179,7 @@ def scale_(t, factor):
 TorchHandle = Mapped
 
 
-class _Over(Work):
-    """A handle over the NumPy face's handle `inner`, whose result it turns into a tensor's."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def _ready(self):
-        return self.inner.poll()
-
-    def _block(self):
-        self.inner.wait()
-
-    def _release(self):
-        self.inner = None
-
-
-class Returning(_Over):
+class Returning(Over):
     """The handle of an in-place call on a tensor: the NumPy face's handle, and the tensor as
     its result (what Mapped does with a function and a list, for the gradient hooks' every
     call: 1 KB allreduce_async_ then synchronize, docs/benchmarks.md "The torch layer")."""
@@ -245,7 +226,7 @@ def host_copy(t):
     return host, host.numpy()
 
 
-class AsTensor(_Over):
+class AsTensor(Over):
     """The handle of an out-of-place call through the NumPy face: its array result as a tensor
     over the same memory (the output pool reuses a name's array only when nothing holds it)."""
 

@@ -298,6 +298,12 @@ cdef double shm_barrier_seconds(ShmArea* a, int reps) noexcept nogil:
     return blocks[2]
 
 
+cdef inline const char* _operand(ShmArea* a, int r, int parity, size_t at, const char* own,
+                                 size_t own_at) noexcept nogil:
+    """Rank r's elements at byte `at` of the slots, or this rank's from `own` where given."""
+    return own + own_at if own != NULL and r == a.me else _slot(a, r, parity) + at
+
+
 cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype, int op,
                   const char* own, char* dst, char* dst2, long divisor) noexcept nogil:
     """dst (and dst2) = slot_0 op slot_1 op ... op slot_{L-1} over elements [offset, offset +
@@ -307,22 +313,15 @@ cdef void _reduce(ShmArea* a, int parity, size_t offset, size_t count, int dtype
     cdef double acc_mem[2048]         # CHUNK bytes, 8-byte aligned
     cdef char* acc = <char*>acc_mem
     cdef size_t es = dtype_size(dtype), step = CHUNK // es, done = 0, n, at
-    cdef const char* src
     cdef int r
-    cdef const char* first = NULL
     while done < count:
         n = count - done if count - done < step else step
         at = (offset + done) * es
-        for r in range(a.L):
-            src = own + done * es if own != NULL and r == a.me else _slot(a, r, parity) + at
-            if r == 0:
-                first = src
-                if a.L == 1:
-                    memcpy(acc, src, n * es)
-            elif r == 1:
-                reduce_to(acc, first, src, n, dtype, op)    # no copy of the first into acc
-            else:
-                reduce_into(acc, src, n, dtype, op)
+        # the first two in one pass, no copy of the first into acc (L > 1: the segment exists)
+        reduce_to(acc, _operand(a, 0, parity, at, own, done * es),
+                  _operand(a, 1, parity, at, own, done * es), n, dtype, op)
+        for r in range(2, a.L):
+            reduce_into(acc, _operand(a, r, parity, at, own, done * es), n, dtype, op)
         copy_divided(dst + done * es, acc, n, dtype, divisor)     # divided as it is copied
         if dst2 != NULL:
             memcpy(dst2 + done * es, dst + done * es, n * es)
