@@ -13,7 +13,6 @@ from hvlite.compression.base import Compressor, Then
 from hvlite.errors import DtypeError, InvalidArgumentError
 from hvlite.ops import Average, Sum, as_op
 from hvlite.process_sets import global_process_set
-from hvlite.work import Over
 
 
 class NoCompression(Compressor):
@@ -50,11 +49,14 @@ class Cast(Compressor):
                                        f"'bfloat16', got {dtype!r}")
         super().__init__(dtype=dtype)
         self.method = "fp16" if dtype == "float16" else "bf16"
+        self._wire = None
 
     @property
     def wire(self):
         """The dtype on the wire (bfloat16 is looked up when first used: ml_dtypes is optional)."""
-        return _bf16() if self.options["dtype"] == "bfloat16" else np.dtype(np.float16)
+        if self._wire is None:
+            self._wire = _bf16() if self.options["dtype"] == "bfloat16" else np.dtype(np.float16)
+        return self._wire
 
     def compress(self, x, name=None):
         x = np.asarray(x)
@@ -79,42 +81,34 @@ class Cast(Compressor):
         return Then([self._start(x, name, op, n, ps)], lambda r: cast_to(r[0], out))
 
     def allreduce_async(self, x, op=Average, name=None, out=None, process_set=None):
-        """As Compressor.allreduce_async. The gradient hooks' call, every tensor of every step
-        (a named C-contiguous float32 array, Sum or Average, on the global set, with no timeline
-        open), takes a short way: the cast, the accounting, the lean face's submit of the cast
-        and a handle that casts the result back. The general way's checks, naming and timing in
-        Python cost ~20 us a tensor over the casts' ~11 us (256x256, docs/benchmarks.md)."""
+        """As Compressor.allreduce_async; the gradient hooks' call takes the lean way
+        (lean_async) where it can."""
         op = as_op(op)
-        if (type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
-                and (out is None or (out is x and x.flags.writeable))
-                and (op is Sum or op is Average) and type(name) is str and name
-                and (process_set is None or process_set is global_process_set)
-                and runtime.lean is not None):
-            rt = runtime.current()
-            if rt.timeline is None or not rt.timeline.active:     # else its COMPRESS span
-                low = cast_into(x, np.empty(x.shape, self.wire))
-                self.account(name, x.nbytes, low.nbytes, "allreduce", rt.size)
-                return _CastBack(collectives.allreduce_async_(low, op=op, name=name), low, out)
+        if type(x) is np.ndarray and (out is None or out is x):
+            h = self.lean_async(x, x if out is x else None, op, name, process_set)
+            if h is not None:
+                return h
         return super().allreduce_async(x, op, name, out, process_set)
 
-
-class _CastBack(Over):
-    """Cast.allreduce_async's short way: the cast's handle, and its result cast back into
-    `out` (a new float32 array without one) once it completes."""
-
-    __slots__ = ("low", "out")
-
-    def __init__(self, inner, low, out):
-        super().__init__(inner)
-        self.low, self.out = low, out
-
-    def _collect(self):
-        self.inner.synchronize()        # raises the collective's error as it is
-        out = self.out if self.out is not None else np.empty(self.low.shape, _F32)
-        return cast_into(self.low, out)
-
-    def _release(self):
-        self.inner = self.low = self.out = None
+    def lean_async(self, x, out, op, name, process_set, ret=None):
+        """The gradient hooks' call, every tensor of every step (a named C-contiguous float32
+        array, Sum or Average, on the global set, with no timeline open), in one call of the
+        core's lean face: the cast, the accounting, the submit, and a handle that casts the
+        result back into `out` (a new float32 array when None) and returns `ret` (out when
+        None). None: the general way takes it (as it does with a timeline open, for its
+        COMPRESS span). The general way's checks, naming and handles in Python cost ~20 us a
+        tensor over the casts' ~10 us (256x256, docs/benchmarks.md)."""
+        lean = runtime.lean
+        if (lean is None or (op is not Sum and op is not Average) or x.dtype != _F32
+                or (process_set is not None and process_set is not global_process_set)):
+            return None
+        tl = runtime.current().timeline
+        if tl is not None and tl.active:
+            return None
+        if out is None:
+            out = np.empty(x.shape, _F32)
+        return lean.allreduce_cast_async(x, out, op, name, self.wire, out if ret is None else ret,
+                                         self.account)
 
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hvlite as hvd
-from helpers import assert_identical_everywhere, expect_raise_everywhere
+from helpers import assert_everywhere, assert_identical_everywhere, expect_raise_everywhere
 from hvlite.compression import Compression
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -88,7 +88,7 @@ def test_the_hooks_short_way_writes_and_counts_what_the_general_way_does(method,
     short, general = g.copy(), g.copy()
     before = stats()["methods"].get(method, {}).get("payload_bytes", 0)
     h = hvd.allreduce_async_(short, op=op, name=f"short.{method}.{int(op)}", compression=c)
-    assert type(h).__name__ == "_CastBack", type(h)         # the short way was taken
+    assert type(h).__name__ == "CastHandle", type(h)        # the lean way was taken
     assert hvd.synchronize(h) is short
     middle = stats()["methods"][method]["payload_bytes"]
     assert hvd.synchronize(hvd.allreduce_async_(general, op=op, compression=c)) is general
@@ -98,3 +98,42 @@ def test_the_hooks_short_way_writes_and_counts_what_the_general_way_does(method,
     new = hvd.allreduce(g, op=op, name=f"short.new.{method}.{int(op)}", compression=c)
     assert new is not g and new.dtype == np.float32 and new.tobytes() == short.tobytes()
     assert_identical_everywhere(short, f"short.{method}")
+
+
+def test_the_lean_ways_handle_fails_on_every_rank_and_its_cast_is_not_reused_in_flight():
+    """A hook's call whose shape differs on one rank fails at synchronize on every rank,
+    naming the tensor, and the next calls of that name run. The cast the lean way keeps per
+    name is reused only once nothing else holds it: rank 0 calls a name again while its first
+    call waits for the others (Horovod's duplicate-name error), and the first call's result is
+    still right (had the second call cast into the first's buffer, it would read 3s)."""
+    from mpi4py import MPI
+    from hvlite import runtime
+    if runtime.lean is None:
+        pytest.skip("no lean face")
+    c = Compression.fp16
+    n = 7 if hvd.rank() == 0 else 8
+    x = np.ones(n, np.float32)
+
+    def go():
+        hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, name="lean.bad", compression=c))
+    expect_raise_everywhere(go, hvd.HvliteError, "lean.bad")
+    y = np.ones(3, np.float32)
+    assert hvd.allreduce_(y, op=hvd.Sum, name="lean.bad", compression=c) is y
+    assert y.tolist() == [float(hvd.size())] * 3
+    first, second = np.full(5, 1.0, np.float32), np.full(5, 3.0, np.float32)
+    failures = []
+    if hvd.rank() == 0:
+        h1 = hvd.allreduce_async_(first, op=hvd.Sum, name="lean.dup", compression=c)
+        assert type(h1).__name__ == "CastHandle"
+        try:
+            hvd.allreduce_async_(second, op=hvd.Sum, name="lean.dup", compression=c)
+            failures.append("no DuplicateNameError")
+        except hvd.DuplicateNameError:
+            pass
+        MPI.COMM_WORLD.Barrier()
+    else:
+        MPI.COMM_WORLD.Barrier()
+        h1 = hvd.allreduce_async_(first, op=hvd.Sum, name="lean.dup", compression=c)
+    if hvd.synchronize(h1) is not first or first.tolist() != [float(hvd.size())] * 5:
+        failures.append(f"the first call gave {first.tolist()}")
+    assert_everywhere(failures)

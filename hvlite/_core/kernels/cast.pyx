@@ -97,18 +97,28 @@ cdef void _run(int kind, void* d, const void* s, size_t n, bint vec) noexcept no
         hv_cast_bf16_f32_scalar(<uint32_t*>d + k, <const uint16_t*>s + k, n - k)
 
 
-def cast_into(cnp.ndarray src not None, cnp.ndarray dst not None, bint simd=True):
-    """dst[...] = src cast elementwise (float32 <-> float16/bfloat16, C-contiguous, the same
-    number of elements, no overlap); returns dst. simd=False forces the scalar code (tests)."""
+cdef int cast_arrays(cnp.ndarray src, cnp.ndarray dst) except -1:
     cdef int kind = _kind(src, dst)
     _check(src, dst)
-    cdef size_t n = <size_t>src.size
+    cdef size_t n = <size_t>cnp.PyArray_SIZE(src)
     cdef void* d = cnp.PyArray_DATA(dst)
     cdef const void* s = cnp.PyArray_DATA(src)
-    cdef bint vec = simd and hv_cpu_cast_simd()
-    if src.size >= NOGIL_MIN:
+    cdef bint vec = hv_cpu_cast_simd()
+    if n >= <size_t>NOGIL_MIN:
         with nogil:
             _run(kind, d, s, n, vec)
     elif n:
         _run(kind, d, s, n, vec)
+    return 0
+
+
+def cast_into(cnp.ndarray src not None, cnp.ndarray dst not None, bint simd=True):
+    """dst[...] = src cast elementwise (float32 <-> float16/bfloat16, C-contiguous, the same
+    number of elements, no overlap); returns dst. simd=False forces the scalar code (tests)."""
+    if simd:
+        cast_arrays(src, dst)
+        return dst
+    cdef int kind = _kind(src, dst)
+    _check(src, dst)
+    _run(kind, cnp.PyArray_DATA(dst), cnp.PyArray_DATA(src), <size_t>src.size, False)
     return dst
