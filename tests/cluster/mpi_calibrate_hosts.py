@@ -1,5 +1,6 @@
-"""Rank side: across hosts a size class tries only what did not lose by over 1.5x in a measured
-class nearby, and that class's pick (tuning/calibrate.pyx, NEAR).
+"""Rank side: across hosts a size class tries only what the model predicts within 1.4x of its best
+(execute/dispatch.pyx, CROSS_SPREAD), and only what did not lose by over 1.5x in a measured class
+nearby, and that class's pick (tuning/calibrate.pyx, NEAR).
 
 `python mpi_calibrate_hosts.py`: ring's trials at 1 MiB record 4x their time (so ring loses
 there), then calls at 2 MiB (the next class) run until it has a pick; rank 0 prints
@@ -10,6 +11,7 @@ import json
 import numpy as np
 
 import hvlite as hvd
+from hvlite._core.tuning.cost_model import predict_seconds
 
 hvd.init()
 coord = hvd._current().global_state.coordinator
@@ -37,6 +39,15 @@ assert "ring" in low["calls"], f"ring is not among 1 MiB's candidates: {low}"   
 lost = {a for a, s in low["seconds"].items() if s > 1.5 * low["seconds"][low["pick"]]}
 tried = set(high["calls"]) if high["calls"] else {high["pick"]}
 problems = []
+rt = hvd._current()
+model = coord.cost_model()
+predicted = {a: predict_seconds(a, 1 << 20, hvd.size(), model, nodes=rt.engine.cross_size,
+                                local_size=rt.engine.local_size) for a in low["calls"]}
+best = min(predict_seconds(a, 1 << 20, hvd.size(), model, nodes=rt.engine.cross_size,
+                           local_size=rt.engine.local_size) for a in ("ring", "rhd", "rd", "shm"))
+far = sorted(a for a, p in predicted.items() if p > 1.4 * best)
+if far:     # the pinned model puts rd at 1.7x shm at 1 MiB on 2 hosts of 2 ranks
+    problems.append(f"1 MiB tried {far}, predicted over 1.4x the best ({predicted}, best {best})")
 if "ring" not in lost:
     problems.append("ring's 4x trials did not lose at 1 MiB")
 if tried & lost:

@@ -183,6 +183,13 @@ cdef dict calibration_table(const Calibration* cal, bint apart=False):
     return out
 
 
+cdef double SPREAD = 2.5        # candidates: the model's predictions within this x of its best
+# Across nodes the model counts what each link carries (ring moves 1.5x the bytes the hierarchical
+# exchange does over 2 hosts; its probes put both within 2% of their calls at 1 Gbit/s), and each
+# trial of a loser costs milliseconds: rd at 2 MiB took 57 ms against shm's 21, and fp16's fused
+# batches spread over several classes, so the trials of ring, rhd and rd were a tenth of a short
+# job's first 20 steps (docs/benchmarks.md). There a candidate must be predicted within this.
+cdef double CROSS_SPREAD = 1.4
 cdef double LONE_SPREAD = 8.0   # one node, a lone candidate: the others within this x of it
 cdef double LONE_CHEAP = 5e-4   # ... or predicted under this many seconds a call
 cdef double LONE_BAR = 1.3      # ... and the model's own stays unless one ran this x faster
@@ -194,7 +201,7 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     cdef bint lone = False
     cdef int cand[CAL_MAX_CANDIDATES]
     cdef double pred[CAL_MAX_CANDIDATES]
-    cdef double best, p
+    cdef double best, p, spread
     if algo != ALG_AUTO:
         return algo
     model = auto_choice(c, nbytes, apart)
@@ -209,15 +216,17 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
         return model
     if c.cal.ncand[cls] == 0:
-        # The candidates: what the model may choose here and predicts within 2.5x of its best;
-        # across nodes less what lost in a class nearby, and that class's pick (calibrate.pyx).
+        # The candidates: what the model may choose here and predicts within SPREAD x of its
+        # best (CROSS_SPREAD across nodes); across nodes less what lost in a class nearby, and
+        # that class's pick (calibrate.pyx).
         best = predict(model, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
         near = cal_neighbour(&c.cal, cls) if c.nodes > 1 else -1
+        spread = CROSS_SPREAD if c.nodes > 1 else SPREAD
         for a in range(ALG_COUNT):
             if n < CAL_MAX_CANDIDATES and eligible(a, c.nodes, c.local_size, c.uniform, c.shm_ok):
                 p = predict(a, <double>nbytes, c.size, c.nodes, c.local_size, &c.model)
                 if near >= 0 and a == c.cal.pick[near] or (
-                        (a == model or p <= 2.5 * best)
+                        (a == model or p <= spread * best)
                         and not (near >= 0 and cal_lost(&c.cal, near, a))):
                     cand[n], pred[n] = a, p
                     n += 1

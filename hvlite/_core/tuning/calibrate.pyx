@@ -1,8 +1,8 @@
 """auto's choice, measured on the job's own calls. The cost model ranks the algorithms from a
 few probes; on a busy or oversubscribed node its figures drift (4 ranks on 2 cores: it took shm
 at 16 MiB where ring ran 1.26x faster). So the model only proposes: the first calls of each size
-class (powers of two) try the algorithms it predicts within 2.5x of its best, and the class
-keeps the fastest, confirmed on later calls.
+class (powers of two) try the algorithms it predicts within 2.5x of its best (1.4x across
+nodes, dispatch.CROSS_SPREAD), and the class keeps the fastest, confirmed on later calls.
 
 The trials are the job's real calls, on its buffers, between its other work: timing the same
 algorithms on a scratch buffer back to back at the first call measured other things (shm at
