@@ -137,3 +137,30 @@ def test_the_lean_ways_handle_fails_on_every_rank_and_its_cast_is_not_reused_in_
     if hvd.synchronize(h1) is not first or first.tolist() != [float(hvd.size())] * 5:
         failures.append(f"the first call gave {first.tolist()}")
     assert_everywhere(failures)
+
+
+@pytest.mark.parametrize("method", ["fp16", "bf16"])
+def test_a_burst_of_hook_calls_on_the_lean_way_gives_the_casts_all_reduce(method):
+    """A step's burst of hook calls on the lean way (tiny tensors that ride in the agreement,
+    mid-sized ones fused together, a large one), synchronized only after all were submitted:
+    every array holds the plain all-reduce of the cast, cast back, the same bits on every rank;
+    bit for bit on 2 ranks, where every path adds the same two values (from 3 a fused batch
+    and a single call may add in another order, rounding each sum to 16 bits)."""
+    c = getattr(Compression, method)
+    rng = np.random.default_rng([hvd.rank(), 23])
+    sizes = [3, 1, 257, 4099, 65536, 7, 300000]
+    xs = [(rng.standard_normal(n) * 1e-3).astype(np.float32) for n in sizes]
+    for op in (hvd.Average, hvd.Sum):
+        got = [x.copy() for x in xs]
+        hs = [hvd.allreduce_async_(g, op=op, name=f"burst.{method}.{int(op)}.{k}", compression=c)
+              for k, g in enumerate(got)]
+        assert all(type(h).__name__ == "CastHandle" for h in hs), [type(h) for h in hs]
+        assert [hvd.synchronize(h) is g for h, g in zip(hs, got)] == [True] * len(got)
+        for k, (x, g) in enumerate(zip(xs, got)):
+            want = hvd.allreduce(x.astype(WIRES[method]), op=op,
+                                 name=f"burst.want.{method}.{int(op)}.{k}").astype(np.float32)
+            if hvd.size() == 2:
+                assert g.tobytes() == want.tobytes(), (method, int(op), sizes[k])
+            else:
+                np.testing.assert_allclose(g, want, rtol=3e-2, atol=2e-5)   # a few ulps of 1e-3
+            assert_identical_everywhere(g, f"burst.{method}.{int(op)}.{k}")
