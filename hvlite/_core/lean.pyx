@@ -498,4 +498,3 @@ cdef class Lean:
         name = self.barriers.take()
         self._run(name, self.barrier_call, None, None)
         return True
-
