@@ -72,8 +72,9 @@ cdef class AutoNames:
         return self.cycle(kind).take()
 
 
-cdef bint _free_like(PyObject* p, cnp.ndarray a):
-    """Whether the pooled array `p` is held by the pool alone and shaped and typed like `a`."""
+cdef bint _free_like(PyObject* p, cnp.ndarray a, cnp.dtype dtype=None):
+    """Whether the pooled array `p` is held by the pool alone and shaped like `a`, typed like it
+    (or as `dtype`, where given)."""
     cdef cnp.ndarray prev
     cdef int k
     if Py_REFCNT(<object>p) != 1 or type(<object>p) is not cnp.ndarray:
@@ -81,7 +82,8 @@ cdef bint _free_like(PyObject* p, cnp.ndarray a):
     prev = <cnp.ndarray>p
     if (cnp.PyArray_NDIM(prev) != cnp.PyArray_NDIM(a)
             or not cnp.PyArray_EquivTypes(<cnp.dtype>cnp.PyArray_DESCR(prev),
-                                          <cnp.dtype>cnp.PyArray_DESCR(a))):
+                                          <cnp.dtype>cnp.PyArray_DESCR(a) if dtype is None
+                                          else dtype)):
         return False
     for k in range(cnp.PyArray_NDIM(a)):
         if cnp.PyArray_DIMS(prev)[k] != cnp.PyArray_DIMS(a)[k]:
@@ -329,23 +331,14 @@ cdef class Lean:
         h.low, h.out, h.ret = low, dst, ret
         return h
 
-    cdef object _low(self, str name, cnp.ndarray a, wire):
+    cdef object _low(self, str name, cnp.ndarray a, cnp.dtype wire):
         """The cast's array for `name`: the one its last call used when nothing else holds it
         any more and it is shaped like a, else a new one, kept for the next call (None: it
         cannot be made). A new 128 KiB array each call is a fresh mapping each call, whose
         page faults cost 60 us of a 256x256 weight's 70 with a step's calls in flight."""
         cdef PyObject* p = PyDict_GetItem(self.lows, name)
-        cdef cnp.ndarray prev
-        cdef int k
-        if p != NULL and Py_REFCNT(<object>p) == 1:
-            prev = <cnp.ndarray>p
-            if (cnp.PyArray_NDIM(prev) == cnp.PyArray_NDIM(a)
-                    and (<object>cnp.PyArray_DESCR(prev)) == wire):
-                for k in range(cnp.PyArray_NDIM(a)):
-                    if cnp.PyArray_DIMS(prev)[k] != cnp.PyArray_DIMS(a)[k]:
-                        break
-                else:
-                    return prev
+        if p != NULL and _free_like(p, a, wire):
+            return <object>p
         try:
             low = np.empty((<object>a).shape, wire)
         except MemoryError:
