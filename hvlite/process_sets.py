@@ -121,7 +121,7 @@ def _lean(Lean, st, default, shm):
         return algorithm_code(algorithm, default, shm)
 
     return Lean(st.coordinator, ReduceOp, global_process_set, st.rank, st.size, st.auto_name,
-                st.outputs, MIN_BYTES, code, st.algorithm_codes)
+                st.outputs, MIN_BYTES, code, st.algorithm_codes, st.round16)
 
 
 class SetState:
@@ -157,6 +157,9 @@ class SetState:
         # out-of-place results, reused by name; on one node from the shared output arena
         self.outputs = OutputPool(_arena_take() if self.coordinator.outputs_shared() else None)
         self.algorithm_codes = {}              # algorithm= (None: the default) -> its code
+        # fp16/bf16 compression on one node rounds inside the reduction of the float32 arrays
+        # (compression/cast.py); the setting is the same on every rank (init checks it)
+        self.round16 = leaders == 1 and self.size > 1 and s.round16
         # the global set's commonest call in one C call (_core/lean.pyx); other sets: None
         self.lean = None if set_id != 0 else _lean(Lean, self, s.allreduce_algorithm, rt.shm_info)
         self.owned = ()                        # the set's own communicators (not the global set)

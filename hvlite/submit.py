@@ -190,21 +190,27 @@ def _block_rows(rows, size, rank):
     return rows // size + (1 if rank < rows % size else 0)
 
 
-def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):
-    """Start reducing the host array `x` across the set's ranks into a new array."""
+def allreduce_async(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False,
+                    reduce_as=None):
+    """Start reducing the host array `x` across the set's ranks into a new array. `reduce_as`:
+    the core's code to reduce it as instead of its dtype's ("float32 as float16", for the
+    fp16/bf16 compression on one node: float32 `x` only)."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce")
 
     def prepare(name):
         a = _contiguous(x)
         code, o, algo = _allreduce_check(rt, a, op, algorithm, False, name)
+        code = code if reduce_as is None else reduce_as
         out = st.outputs.take(name, a, keep=AUTO_MARK not in name)
         return Request(a, out, code, o, 0, algo, finish=lambda p: out)
     return submit_prepared(st, ALLREDUCE, name, prepare, x, sync=sync)
 
 
-def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False):
-    """Start reducing the NumPy array `x` in place; returns a Handle."""
+def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=global_process_set, sync=False,
+                     reduce_as=None):
+    """Start reducing the NumPy array `x` in place; returns a Handle. `reduce_as`: as for
+    allreduce_async."""
     rt = runtime.current()
     st = state_of(rt, process_set, "allreduce_")
 
@@ -213,6 +219,7 @@ def allreduce_async_(x, op=Average, name=None, algorithm=None, process_set=globa
             raise InvalidArgumentError(f"allreduce_ {name!r}: in-place reduction needs a NumPy "
                                        f"array, got {type(x).__name__}")
         code, o, algo = _allreduce_check(rt, x, op, algorithm, True, name)
+        code = code if reduce_as is None else reduce_as
         if x.flags.c_contiguous:
             return Request(x, x, code, o, 0, algo, finish=lambda p: x)
         work = np.ascontiguousarray(x)

@@ -15,11 +15,15 @@
     X(C_ALLTOALL, "alltoall") X(C_REDUCESCATTER, "reducescatter") X(C_BARRIER, "barrier") \
     X(C_JOIN, "join")
 
+/* The last two are float32 buffers reduced as 16-bit floats (fp16/bf16 compression on one
+ * node): every operand and every result rounded to the 16-bit type, the same bits as casting,
+ * reducing the casts and casting back, without the casts' passes over memory. */
 #define HV_DTYPES(X) \
     X(DT_FLOAT16, "float16", 2) X(DT_BFLOAT16, "bfloat16", 2) X(DT_FLOAT32, "float32", 4) \
     X(DT_FLOAT64, "float64", 8) X(DT_INT8, "int8", 1) X(DT_UINT8, "uint8", 1) \
     X(DT_INT16, "int16", 2) X(DT_UINT16, "uint16", 2) X(DT_INT32, "int32", 4) \
-    X(DT_UINT32, "uint32", 4) X(DT_INT64, "int64", 8) X(DT_UINT64, "uint64", 8)
+    X(DT_UINT32, "uint32", 4) X(DT_INT64, "int64", 8) X(DT_UINT64, "uint64", 8) \
+    X(DT_F32_AS_F16, "float32 as float16", 4) X(DT_F32_AS_BF16, "float32 as bfloat16", 4)
 
 /* Average never reaches a kernel: it is a Sum followed by a division. Adasum has its own
  * algorithm (algorithms/adasum.pyx). */

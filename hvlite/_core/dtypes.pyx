@@ -16,9 +16,12 @@ def _bfloat16():
     return np.dtype(ml_dtypes.bfloat16)
 
 
+# Arrays' dtypes; "float32 as float16" and "float32 as bfloat16" are float32 buffers reduced in
+# 16-bit precision (compression on one node), never an array's own dtype.
+ARRAY_NAMES = tuple(n for n in NAMES if " as " not in n)
 _BY_DTYPE = {}
 for _code, _name in enumerate(NAMES):
-    if _name != "bfloat16":
+    if _name != "bfloat16" and _name in ARRAY_NAMES:
         _BY_DTYPE[np.dtype(_name)] = _code
 _bf = _bfloat16()
 if _bf is not None:
@@ -26,7 +29,7 @@ if _bf is not None:
 
 
 def supported_names():
-    return [n for n in NAMES if n != "bfloat16" or _bf is not None]
+    return [n for n in ARRAY_NAMES if n != "bfloat16" or _bf is not None]
 
 
 def code_of(dtype):

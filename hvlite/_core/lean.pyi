@@ -21,13 +21,17 @@ class CastHandle:     # allreduce_cast_async's: synchronize() casts the result b
 class Lean:
     def __init__(self, coordinator: Any, ops: type, process_set: Any, rank: int, size: int,
                  namer: AutoNames, outputs: Any, pooled: int,
-                 algorithm_code: Callable[[str | None], int], algorithms: dict) -> None: ...
+                 algorithm_code: Callable[[str | None], int], algorithms: dict,
+                 round16: bool = False) -> None: ...
+    # fp16/bf16 compression reduces the float32 arrays as 16-bit values (the set on one node)
+    round16: bool
     # The result (sync) or a handle (async); None: the general path takes the call.
     def allreduce(self, x: Any, op: Any, name: str | None, algorithm: str | None,
                   process_set: Any, inplace: bool) -> Any | None: ...
     def allreduce_async(self, x: Any, op: Any, name: str | None, algorithm: str | None,
                         process_set: Any, inplace: bool) -> Any | None: ...
-    # fp16/bf16 compression's hook call: x cast to `wire`, reduced, cast back into out.
+    # fp16/bf16 compression's hook call: x cast to `wire`, reduced, cast back into out (with
+    # round16: x reduced into out as 16-bit values, no cast).
     def allreduce_cast_async(self, x: Any, out: Any, op: Any, name: str, wire: Any, ret: Any,
                              account: Callable[[str, int, int, str, int], None]
                              ) -> CastHandle | None: ...

@@ -102,13 +102,15 @@ cdef bint _f32(cnp.ndarray a, bint written):
 @cython.final
 cdef class CastHandle(Handle):
     """Lean.allreduce_cast_async's handle: the all-reduce of the cast `low`, whose result is
-    cast back into `out` once it completes; synchronize() returns `ret`."""
+    cast back into `out` once it completes (with `low` None, of `out` itself reduced as 16-bit
+    floats: nothing to cast); synchronize() returns `ret`."""
     cdef cnp.ndarray low, out
     cdef object ret
 
     def _collect(self):
         self._raise_failure()
-        cast_arrays(self.low, self.out)
+        if self.low is not None:
+            cast_arrays(self.low, self.out)
         return self.ret
 
     def _release(self):
@@ -122,7 +124,8 @@ cdef class CastHandle(Handle):
         if not self._settled:
             if self._pending.settle_c() != ST_DONE:
                 return Work.synchronize(self)
-            cast_arrays(self.low, self.out)
+            if self.low is not None:
+                cast_arrays(self.low, self.out)
             self._value, self._settled = self.ret, True
             self._pending = None
             self.low = self.out = None
@@ -155,13 +158,17 @@ cdef class Lean:
     cdef Submission barrier_call  # every barrier's (an automatic name each time), made once
     cdef signed char codes[TYPES]  # NumPy type number -> dtype code; -1: ask code_of
     cdef dict lows                # name -> the fp16/bf16 cast its last allreduce_cast_async used
+    cdef readonly bint round16    # fp16/bf16 compression reduces the float32 arrays themselves,
+                                  # rounding as it goes (the set on one node: casts cost more
+                                  # than the bytes they save there)
 
     def __init__(self, coordinator, ops, process_set, int rank, int size, AutoNames namer,
-                 outputs, Py_ssize_t pooled, algorithm_code, dict algorithms):
+                 outputs, Py_ssize_t pooled, algorithm_code, dict algorithms, bint round16=False):
         cdef int t
         self.coordinator, self.run_now = coordinator, coordinator.run_now
         self.ops, self.process_set, self.pooled = ops, process_set, pooled
         self.rank, self.size = rank, size
+        self.round16 = round16
         self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
         self.older = outputs.older
         self.take_shaped = outputs.take_shaped
@@ -314,6 +321,8 @@ cdef class Lean:
         o = PyLong_AsLong(op)
         if o != OP_SUM and o != OP_AVERAGE:
             return None
+        if self.round16:
+            return self._round16_async(a, dst, o, name, wire, ret, account)
         low = self._low(name, a, wire)
         if low is None:
             return None
@@ -329,6 +338,24 @@ cdef class Lean:
         h = CastHandle.__new__(CastHandle)
         h._pending, h._finish, h.name, h._where = <Pending>p, None, name, ""
         h.low, h.out, h.ret = low, dst, ret
+        return h
+
+    cdef object _round16_async(self, cnp.ndarray a, cnp.ndarray dst, int o, str name,
+                               cnp.dtype wire, ret, account):
+        """allreduce_cast_async on one node: a itself reduced into dst as float16/bfloat16
+        values (codes.h's "float32 as float16"), the same bits as the casts' way. The payload
+        counted is the 16-bit one, as across nodes (the node's memory moves float32's)."""
+        cdef Submission s
+        cdef CastHandle h
+        account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(a) // 2, "allreduce", self.size)
+        s = self._submission(C_ALLREDUCE, DT_F32_AS_F16 if wire.type_num == cnp.NPY_FLOAT16
+                             else DT_F32_AS_BF16, o, 0, name)
+        p = self.coordinator.post(name, s, a, dst)
+        if type(p) is tuple:
+            raise _exception(*p)
+        h = CastHandle.__new__(CastHandle)
+        h._pending, h._finish, h.name, h._where = <Pending>p, None, name, ""
+        h.low, h.out, h.ret = None, dst, ret
         return h
 
     cdef object _low(self, str name, cnp.ndarray a, cnp.dtype wire):

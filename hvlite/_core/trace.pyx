@@ -25,9 +25,10 @@ cdef const char* KINDS[7]
 KINDS[:] = [b"ALLREDUCE", b"ALLGATHER", b"BROADCAST", b"ALLTOALL", b"REDUCESCATTER", b"BARRIER", b"JOIN"]
 cdef const char* ALGOS[8]
 ALGOS[:] = [b"AUTO", b"RING", b"RHD", b"TREE", b"HIERARCHICAL", b"MPI", b"RD", b"SHM"]
-cdef const char* DTYPES[12]
+cdef const char* DTYPES[14]
 DTYPES[:] = [b"float16", b"bfloat16", b"float32", b"float64", b"int8", b"uint8", b"int16",
-             b"uint16", b"int32", b"uint32", b"int64", b"uint64"]
+             b"uint16", b"int32", b"uint32", b"int64", b"uint64", b"float32 as float16",
+             b"float32 as bfloat16"]
 
 
 cdef const char* _pick(const char** table, int n, int i) noexcept nogil:
@@ -126,7 +127,7 @@ cdef void _format(Recorder* r, string& out, TEvent& e) noexcept nogil:
     args = string(b'{"tensor":')
     _json_str(args, e.name)
     k = snprintf(buf, 256, ',"bytes":%lld,"dtype":"%s","fused":%d', <long long>e.nbytes,
-                 _pick(DTYPES, 12, e.dtype), e.fused)
+                 _pick(DTYPES, 14, e.dtype), e.fused)
     args.append(buf, k)
     if e.kind == 0:
         k = snprintf(buf, 256, ',"algorithm":"%s"', _pick(ALGOS, 8, e.algorithm))

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 
 import minmax_rule
-from hvlite._core.dtypes import NAMES, code_of, size_of, supported_names
+from hvlite._core.codes import DTYPES
+from hvlite._core.dtypes import ARRAY_NAMES, code_of, size_of, supported_names
 from hvlite._core.kernels.reduce import divide_array, reduce_arrays, reduce_arrays_to
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 OPS = {0: np.add, 2: np.minimum, 3: np.maximum, 4: np.multiply}
-ALL = [BF16 if n == "bfloat16" else np.dtype(n) for n in NAMES]
+ALL = [BF16 if n == "bfloat16" else np.dtype(n) for n in ARRAY_NAMES]
 
 
 def sample(dtype, n=1037, seed=0):
@@ -220,3 +221,83 @@ def test_minmax_bits_do_not_depend_on_order(dtype, op):
     assert pair[0] == pair[1]
     assert len(results) == 1
     assert results.pop() == minmax_rule.reduce(inputs, op).tobytes()
+
+
+# float32 buffers reduced as 16-bit floats (the fp16/bf16 compression on one node): each
+# operand rounded as the cast rounds it, the 16-bit kernel's op, the result rounded and widened.
+AS16 = {"float16": (DTYPES.index("float32 as float16"), np.dtype(np.float16)),
+        "bfloat16": (DTYPES.index("float32 as bfloat16"), BF16)}
+
+
+def _as16_sample(n, seed):
+    """float32 values across the 16-bit types' ranges: normals, subnormals, overflow past
+    float16's 65504, ties, zeros of both signs, infinities."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-9, 6, n)).astype(np.float32)
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, 65504, 65520, -65519, 6e-8, 3e-8, 2049, 2051,
+                      1 + 2 ** -11, 1 + 3 * 2 ** -11, 3.4e38, -1e-40], np.float32)
+    x[: min(n, len(edges))] = edges[: min(n, len(edges))]
+    return x
+
+
+@pytest.mark.parametrize("wire", sorted(AS16))
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1037, 5003])
+def test_float32_reduced_as_16_bits_is_the_casts_reduction(wire, op, n):
+    """The kernel's result is the cast way's bit for bit: both operands cast to the 16-bit type
+    (the compression's cast), the core's 16-bit kernel, the result cast back; in place and out
+    of place, on the vector path and its tails, and again on its own output (a partial result
+    rounds to itself, so a third rank's operand continues the same way)."""
+    code, low = AS16[wire]
+    a, b, c = _as16_sample(n, 1), _as16_sample(n, 2), _as16_sample(n, 3)
+    with np.errstate(all="ignore"):
+        a16, b16, c16 = a.astype(low), b.astype(low), c.astype(low)
+    want = a16.copy()
+    reduce_arrays(want.view(np.uint8), b16.view(np.uint8), code_of(low), op)
+    got = a.copy()
+    reduce_arrays(got.view(np.uint8), b.view(np.uint8), code, op)
+    assert got.tobytes() == want.astype(np.float32).tobytes()
+    out = np.full_like(a, 7)
+    reduce_arrays_to(out.view(np.uint8), a.view(np.uint8), b.view(np.uint8), code, op)
+    assert out.tobytes() == got.tobytes()
+    reduce_arrays(want.view(np.uint8), c16.view(np.uint8), code_of(low), op)
+    reduce_arrays(got.view(np.uint8), c.view(np.uint8), code, op)
+    assert got.tobytes() == want.astype(np.float32).tobytes()
+
+
+@pytest.mark.parametrize("wire", sorted(AS16))
+@pytest.mark.parametrize("d", [2, 3, 4, 5, 8])
+def test_float32_divided_as_16_bits_is_the_casts_division(wire, d):
+    """Average's division: the 16-bit kernel's on the cast, cast back."""
+    code, low = AS16[wire]
+    a = _as16_sample(1037, 4)
+    with np.errstate(all="ignore"):
+        want = a.astype(low)
+    divide_array(want.view(np.uint8), code_of(low), d)
+    got = a.copy()
+    divide_array(got.view(np.uint8), code, d)
+    assert got.tobytes() == want.astype(np.float32).tobytes()
+
+
+@pytest.mark.parametrize("wire", sorted(AS16))
+def test_float32_reduced_as_16_bits_keeps_nans(wire):
+    """A NaN operand (a vector block holding one goes the scalar way) gives NaN, and the other
+    elements of its block keep the cast way's bits."""
+    code, low = AS16[wire]
+    a, b = _as16_sample(40, 5), _as16_sample(40, 6)
+    a[3], b[17] = np.nan, np.nan
+    with np.errstate(all="ignore"):
+        want, b16 = a.astype(low), b.astype(low)
+    reduce_arrays(want.view(np.uint8), b16.view(np.uint8), code_of(low), 0)
+    want = want.astype(np.float32)
+    got = a.copy()
+    reduce_arrays(got.view(np.uint8), b.view(np.uint8), code, 0)
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all() and nan[3] and nan[17]
+    assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
+def test_the_16_bit_reductions_of_float32_are_not_array_dtypes():
+    assert all(" as " not in n for n in supported_names())
+    assert code_of(np.dtype(np.float32)) == DTYPES.index("float32")
+    assert [size_of(AS16[w][0]) for w in sorted(AS16)] == [4, 4]

@@ -101,7 +101,7 @@ def test_planted_lengths_and_counts_are_refused(value):
 
 
 def test_impossible_codes_are_refused():
-    for bad in [(99, 2, 0, 0, 0, (4,), "", 0), (0, 12, 0, 0, 0, (4,), "", 0),
+    for bad in [(99, 2, 0, 0, 0, (4,), "", 0), (0, len(codes.DTYPES), 0, 0, 0, (4,), "", 0),
                 (0, 2, -1, 0, 0, (4,), "", 0), (0, 2, 0, 0, 8, (4,), "", 0),
                 (0, 2, 0, 0, 0, (-4,), "", 0)]:
         with pytest.raises(ValueError, match="malformed submission"):

@@ -48,3 +48,14 @@ def test_cast_keeps_0d_and_empty_arrays():
 @pytest.mark.parametrize("n", [2])
 def test_compressed_allreduce_bits(mpirun, n):
     mpirun(n, "tests/compression/mpi_cast.py", timeout=120)
+
+
+@pytest.mark.parametrize("n, algorithm, on", [(2, "shm", 1), (3, "shm", 1), (5, "shm", 1),
+                                              (3, "ring", 1), (2, "mpi", 1), (2, "shm", 0)])
+def test_on_one_node_float32_is_reduced_as_16_bits(mpirun, n, algorithm, on):
+    """fp16/bf16 on one node rounds inside the reduction of the float32 arrays: NumPy's 16-bit
+    sum, bit for bit on 2 ranks, within its roundings on more (through the segment, ring, and
+    MPI's own all-reduce with user-defined ops); turned off, the casts' way gives the same bits."""
+    mpirun(n, "tests/compression/mpi_round16.py", timeout=180,
+           env={"HVLITE_ALLREDUCE_ALGORITHM": algorithm, "EXPECT_ROUND16": str(on),
+                "HVLITE_COMPRESSION_ROUND_IN_REDUCTION": str(on)})

@@ -20,7 +20,7 @@ cdef enum:
     PIECE_ELEMS = 1 << 30
 
 cdef bint _ready = False
-cdef MPI_Datatype _half_types[2]      # float16, bfloat16
+cdef MPI_Datatype _half_types[4]      # float16, bfloat16, float32 as float16, as bfloat16
 cdef MPI_Op _user_ops[4]              # Sum, Min, Max, Product (see _opslot); they call reduce_into
 
 
@@ -39,7 +39,11 @@ cdef inline int _dtype_of(MPI_Datatype dt) noexcept nogil:
         return DT_FLOAT32
     if dt == MPI_DOUBLE:
         return DT_FLOAT64
-    return DT_FLOAT16 if dt == _half_types[0] else DT_BFLOAT16
+    if dt == _half_types[0]:
+        return DT_FLOAT16
+    if dt == _half_types[1]:
+        return DT_BFLOAT16
+    return DT_F32_AS_F16 if dt == _half_types[2] else DT_F32_AS_BF16
 
 
 cdef inline void _apply(void* invec, void* inout, int* n, MPI_Datatype* dt, int op) noexcept nogil:
@@ -58,8 +62,8 @@ cdef void _prod(void* a, void* b, int* n, MPI_Datatype* dt) noexcept nogil:
 cdef int _setup() noexcept nogil:
     global _ready
     cdef int i, err = 0
-    for i in range(2):
-        err = err or MPI_Type_contiguous(2, MPI_BYTE, &_half_types[i])
+    for i in range(4):
+        err = err or MPI_Type_contiguous(2 if i < 2 else 4, MPI_BYTE, &_half_types[i])
         err = err or MPI_Type_commit(&_half_types[i])
     err = err or MPI_Op_create(_sum, 1, &_user_ops[0])
     err = err or MPI_Op_create(_min, 1, &_user_ops[1])
@@ -90,11 +94,13 @@ cdef MPI_Datatype mpi_type(int dt) noexcept nogil:
     if dt == DT_INT64: return MPI_INT64_T
     if dt == DT_UINT64: return MPI_UINT64_T
     if dt == DT_FLOAT16: return _half_types[0]
-    return _half_types[1]
+    if dt == DT_BFLOAT16: return _half_types[1]
+    if dt == DT_F32_AS_F16: return _half_types[2]
+    return _half_types[3]
 
 
 cdef MPI_Op mpi_op(int dt, int op) noexcept nogil:
-    if dt == DT_FLOAT16 or dt == DT_BFLOAT16:
+    if dt == DT_FLOAT16 or dt == DT_BFLOAT16 or dt == DT_F32_AS_F16 or dt == DT_F32_AS_BF16:
         return _user_ops[_opslot(op)]
     if (dt == DT_FLOAT32 or dt == DT_FLOAT64) and (op == OP_MIN or op == OP_MAX):
         return _user_ops[_opslot(op)]

@@ -238,4 +238,126 @@ static inline size_t hv_cast_f16_f32_simd(uint32_t* d, const uint16_t* s, size_t
 static inline size_t hv_cast_f32_bf16_simd(uint16_t* d, const uint32_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
 static inline size_t hv_cast_bf16_f32_simd(uint32_t* d, const uint16_t* s, size_t n) { (void)d; (void)s; (void)n; return 0; }
 #endif
+/* float32 buffers reduced as 16-bit floats ("float32 as float16" and "as bfloat16": the fp16/bf16
+ * compression on one node, codes.h). Each operand is rounded as the compression's cast rounds it
+ * (NumPy's float16, ml_dtypes' bfloat16), the op is applied as the 16-bit kernels above apply it,
+ * and the result is rounded to 16 bits and stored widened: the cast, the 16-bit reduction and the
+ * cast back, bit for bit, with no 16-bit array and no pass of its own. A value already rounded
+ * rounds to itself, so partial results go on through the same kernels. 8 lanes at a time where
+ * no lane holds a NaN (F16C/AVX2 round to nearest even as the scalar code does); a block with a
+ * NaN takes the scalar code, as the casts do. */
+static inline float hv_f32h_op(float x, float y, int op) {
+    if (op == 0) return x + y;
+    if (op == 4) return x * y;
+    return op == 2 ? hv_minf(x, y) : hv_maxf(x, y);
+}
+static inline uint16_t hv_f32h_narrow(float v) { return hv_f32_to_f16_np(hv_float_to_bits(v)); }
+static inline float hv_f32h_widen(uint16_t h) { return hv_bits_to_float(hv_f16_to_f32_np(h)); }
+static inline uint16_t hv_f32b_narrow(float v) { return hv_f32_to_bf16_ml(hv_float_to_bits(v)); }
+static inline float hv_f32b_widen(uint16_t h) { return hv_bits_to_float((uint32_t)h << 16); }
+static void hv_f32h_reduce_scalar(float* d, const float* a, const float* b, size_t n, int op,
+                                  int brain) {
+    for (size_t i = 0; i < n; i++) {
+        if (brain) {
+            float x = hv_bf16_to_float(hv_f32b_narrow(a[i])), y = hv_bf16_to_float(hv_f32b_narrow(b[i]));
+            d[i] = hv_f32b_widen(hv_float_to_bf16(hv_f32h_op(x, y, op)));
+        } else {
+            float x = hv_half_to_float(hv_f32h_narrow(a[i])), y = hv_half_to_float(hv_f32h_narrow(b[i]));
+            d[i] = hv_f32h_widen(hv_float_to_half(hv_f32h_op(x, y, op)));
+        }
+    }
+}
+static void hv_f32h_divide_scalar(float* a, size_t n, float d, int brain) {
+    for (size_t i = 0; i < n; i++) {
+        if (brain) a[i] = hv_f32b_widen(hv_float_to_bf16(hv_bf16_to_float(hv_f32b_narrow(a[i])) / d));
+        else a[i] = hv_f32h_widen(hv_float_to_half(hv_half_to_float(hv_f32h_narrow(a[i])) / d));
+    }
+}
+#if HV_HAVE_F16C_PATH
+__attribute__((target("avx2,f16c")))
+static inline __m256 hv_f32h_round8(__m256 v, int brain) {
+    if (!brain) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+    return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline int hv_cpu_avx512(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx512f");
+    return known;
+}
+__attribute__((target("avx512f")))
+static inline __m512 hv_f32h_round16(__m512 v, int brain) {
+    if (!brain) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* Sum and Product 16 lanes at a time (half the conversions' instructions of the 8-lane loop). */
+__attribute__((target("avx512f")))
+static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, size_t n, int op,
+                                    int brain) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(a + i), y = _mm512_loadu_ps(b + i), r;
+        if (_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q)) {
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, brain);
+            continue;
+        }
+        x = hv_f32h_round16(x, brain);
+        y = hv_f32h_round16(y, brain);
+        r = op == 0 ? _mm512_add_ps(x, y) : _mm512_mul_ps(x, y);
+        if (_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q)) {      /* inf - inf, 0 * inf: a NaN made */
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, brain);
+            continue;
+        }
+        _mm512_storeu_ps(d + i, hv_f32h_round16(r, brain));
+    }
+    return i;
+}
+/* d = a (op) b as 16-bit values; d may be a. */
+__attribute__((target("avx2,f16c")))
+static size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size_t n, int op,
+                                  int brain) {
+    size_t i = (op == 0 || op == 4) && hv_cpu_avx512() ? hv_f32h_reduce_avx512(d, a, b, n, op, brain) : 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i), r;
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q))) {
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 8, op, brain);
+            continue;
+        }
+        x = hv_f32h_round8(x, brain);
+        y = hv_f32h_round8(y, brain);
+        if (op == 0) r = _mm256_add_ps(x, y);
+        else if (op == 4) r = _mm256_mul_ps(x, y);
+        else if (op == 2) r = hv_f32x8_min(x, y);
+        else r = hv_f32x8_max(x, y);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q))) {   /* inf - inf: a NaN made */
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 8, op, brain);
+            continue;
+        }
+        _mm256_storeu_ps(d + i, hv_f32h_round8(r, brain));
+    }
+    return i;
+}
+__attribute__((target("avx2,f16c")))
+static size_t hv_f32h_divide_simd(float* a, size_t n, float d, int brain) {
+    size_t i = 0;
+    __m256 dv = _mm256_set1_ps(d);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) {
+            hv_f32h_divide_scalar(a + i, 8, d, brain);
+            continue;
+        }
+        _mm256_storeu_ps(a + i, hv_f32h_round8(_mm256_div_ps(hv_f32h_round8(x, brain), dv), brain));
+    }
+    return i;
+}
+#else
+static inline size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size_t n, int op, int brain) { (void)d; (void)a; (void)b; (void)n; (void)op; (void)brain; return 0; }
+static inline size_t hv_f32h_divide_simd(float* a, size_t n, float d, int brain) { (void)a; (void)n; (void)d; (void)brain; return 0; }
+#endif
 #endif

@@ -19,6 +19,11 @@ cdef extern from "kernels/half.h" nogil:
     size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int op)
     size_t hv_half_divide_f16c(uint16_t* a, size_t n, float d)
     int hv_cpu_avx2()
+    int hv_cpu_cast_simd()
+    size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size_t n, int op, int brain)
+    size_t hv_f32h_divide_simd(float* a, size_t n, float d, int brain)
+    void hv_f32h_reduce_scalar(float* d, const float* a, const float* b, size_t n, int op, int brain)
+    void hv_f32h_divide_scalar(float* a, size_t n, float d, int brain)
     size_t hv_bf16_reduce_avx2(uint16_t* a, const uint16_t* b, size_t n, int op)
     size_t hv_bf16_divide_avx2(uint16_t* a, size_t n, float d)
     float hv_bf16_to_float(uint16_t)
@@ -110,6 +115,15 @@ cdef inline void _half(uint16_t* a, const uint16_t* b, size_t n, int op, bint br
         a[i] = hv_float_to_bf16(x) if brain else hv_float_to_half(x)
 
 
+cdef inline void _as_half(float* d, const float* a, const float* b, size_t n, int op,
+                          bint brain) noexcept nogil:
+    """d = a (op) b for float32 buffers reduced as float16/bfloat16 (codes.h): each operand and
+    the result rounded to 16 bits as the casts and the 16-bit kernels round them
+    (kernels/half.h); d may be a."""
+    cdef size_t start = hv_f32h_reduce_simd(d, a, b, n, op, brain) if hv_cpu_cast_simd() else 0
+    hv_f32h_reduce_scalar(d + start, a + start, b + start, n - start, op, brain)
+
+
 cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) noexcept nogil:
     if dtype == DT_FLOAT32:
         _native(<float*>acc, <const float*>src, n, op)
@@ -135,6 +149,8 @@ cdef void reduce_into(void* acc, const void* src, size_t n, int dtype, int op) n
         _native(<int64_t*>acc, <const int64_t*>src, n, op)
     elif dtype == DT_UINT64:
         _native(<uint64_t*>acc, <const uint64_t*>src, n, op)
+    elif dtype == DT_F32_AS_F16 or dtype == DT_F32_AS_BF16:
+        _as_half(<float*>acc, <const float*>acc, <const float*>src, n, op, dtype == DT_F32_AS_BF16)
 
 
 cdef enum:
@@ -159,6 +175,8 @@ cdef void reduce_to(void* dst, const void* a, const void* b, size_t n, int dtype
         _add3(<float*>dst, <const float*>a, <const float*>b, n)
     elif op == OP_SUM and dtype == DT_FLOAT64:
         _add3(<double*>dst, <const double*>a, <const double*>b, n)
+    elif dtype == DT_F32_AS_F16 or dtype == DT_F32_AS_BF16:
+        _as_half(<float*>dst, <const float*>a, <const float*>b, n, op, dtype == DT_F32_AS_BF16)
     else:
         es = dtype_size(dtype)
         step = REDUCE_TO_CHUNK // es
@@ -219,6 +237,10 @@ cdef void divide_by(void* buf, size_t n, int dtype, long divisor) noexcept nogil
         while i < n:
             h[i] = hv_float_to_bf16(hv_bf16_to_float(h[i]) / <float>divisor)
             i += 1
+    elif dtype == DT_F32_AS_F16 or dtype == DT_F32_AS_BF16:
+        i = (hv_f32h_divide_simd(<float*>buf, n, <float>divisor, dtype == DT_F32_AS_BF16)
+             if hv_cpu_cast_simd() else 0)
+        hv_f32h_divide_scalar(<float*>buf + i, n - i, <float>divisor, dtype == DT_F32_AS_BF16)
     elif dtype == DT_INT8:
         _idiv(<int8_t*>buf, <const int8_t*>buf, n, divisor)
     elif dtype == DT_UINT8:
@@ -308,7 +330,7 @@ cdef void fill_identity(void* buf, size_t n, int dtype, int op) noexcept nogil:
         else:
             h = 0xfc00 if dtype == DT_FLOAT16 else 0xff80
         _fill(<uint16_t*>buf, n, h)
-    elif dtype == DT_FLOAT32:
+    elif dtype == DT_FLOAT32 or dtype == DT_F32_AS_F16 or dtype == DT_F32_AS_BF16:
         _fill(<float*>buf, n, 1.0 if op == OP_PRODUCT else (INFINITY if op == OP_MIN else -INFINITY))
     elif dtype == DT_FLOAT64:
         _fill(<double*>buf, n, 1.0 if op == OP_PRODUCT else (INFINITY if op == OP_MIN else -INFINITY))
