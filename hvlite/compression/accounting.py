@@ -9,20 +9,29 @@ import json
 import threading
 
 _lock = threading.Lock()
-_tensors = {}          # (method, name) -> totals
+_tensors = {}          # (method, name) -> [the totals of _FIELDS..., then the last call's _LAST]
 _FIELDS = ("calls", "dense_bytes", "payload_bytes", "wire_bytes", "dense_wire_bytes")
+_LAST = ("dense_bytes", "payload_bytes", "wire_bytes")
 
 
 def record(method, name, dense, payload, wire, dense_wire):
+    """Count one call (every compressed gradient of every step: a list updated in place, ~4x
+    cheaper than the dicts it was)."""
+    dense, payload, wire = int(dense), int(payload), int(wire)
     with _lock:
-        t = _tensors.setdefault((method, name), dict.fromkeys(_FIELDS, 0))
-        t["calls"] += 1
-        t["dense_bytes"] += int(dense)
-        t["payload_bytes"] += int(payload)
-        t["wire_bytes"] += int(wire)
-        t["dense_wire_bytes"] += int(dense_wire)
-        t["last"] = {"dense_bytes": int(dense), "payload_bytes": int(payload),
-                     "wire_bytes": int(wire)}
+        t = _tensors.get((method, name))
+        if t is None:
+            t = _tensors[(method, name)] = [0, 0, 0, 0, 0, 0, 0, 0]
+        t[0] += 1
+        t[1] += dense
+        t[2] += payload
+        t[3] += wire
+        t[4] += int(dense_wire)
+        t[5], t[6], t[7] = dense, payload, wire
+
+
+def _as_dict(t):
+    return {**dict(zip(_FIELDS, t)), "last": dict(zip(_LAST, t[5:]))}
 
 
 def _ratios(t):
@@ -40,9 +49,9 @@ def stats(reset=False):
         methods, tensors = {}, {}
         for (method, name), t in _tensors.items():
             m = methods.setdefault(method, dict.fromkeys(_FIELDS, 0))
-            for f in _FIELDS:
-                m[f] += t[f]
-            tensors.setdefault(method, {})[name] = _ratios({**t, "last": dict(t["last"])})
+            for i, f in enumerate(_FIELDS):
+                m[f] += t[i]
+            tensors.setdefault(method, {})[name] = _ratios(_as_dict(t))
         if reset:
             _tensors.clear()
     return {"methods": {k: _ratios(v) for k, v in methods.items()}, "tensors": tensors}
@@ -63,6 +72,6 @@ def span(rt, method, name, t0_perf):
     start = end - (time.perf_counter() - t0_perf)
     with _lock:
         t = _tensors.get((method, name))
-        last = dict(t["last"]) if t else {}
+        last = dict(zip(_LAST, t[5:])) if t else {}
     args = json.dumps({"tensor": name, "method": method, **last})
     tl.writer.span(f"COMPRESS_{method.upper()}", start, end, row=name, args=args)
