@@ -343,8 +343,9 @@ cdef class Lean:
     cdef object _round16_async(self, cnp.ndarray a, cnp.ndarray dst, int o, str name,
                                cnp.dtype wire, ret, account):
         """allreduce_cast_async on one node: a itself reduced into dst as float16/bfloat16
-        values (codes.h's "float32 as float16"), the same bits as the casts' way. The payload
-        counted is the 16-bit one, as across nodes (the node's memory moves float32's)."""
+        values (codes.h's "float32 as float16"), the casts' way's arithmetic without its
+        passes. The payload counted is the 16-bit one, as across nodes (the node's memory moves
+        float32's)."""
         cdef Submission s
         cdef CastHandle h
         account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(a) // 2, "allreduce", self.size)

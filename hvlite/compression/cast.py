@@ -69,8 +69,9 @@ class Cast(Compressor):
     def _as16(self, x, ps):
         """The core's code for reducing float32 `x` as this 16-bit type itself, rounding inside
         the reduction, when its set lies on one node (SetState.round16; the same on each of its
-        ranks); else None: cast. Both give the same bits; on one node the casts' passes over
-        memory cost more than the halved bytes save (docs/compression.md)."""
+        ranks); else None: cast. Both do the same arithmetic (the same bits wherever the
+        additions come in the same order); on one node the casts' passes over memory cost more
+        than the halved bytes save (docs/compression.md)."""
         if x.dtype != _F32 or not state_of(runtime.current(), ps, "compression").round16:
             return None
         return _AS16[self.options["dtype"]]

@@ -15,7 +15,10 @@ from helpers import assert_identical_everywhere, expect_raise_everywhere
 from hvlite.compression import Compression, stats
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
-hvd.init()
+N = MPI.COMM_WORLD.Get_size()
+PAIR = hvd.ProcessSet([1, 2]) if N >= 3 else None      # a set of two within the node
+PAIR_COMM = MPI.COMM_WORLD.Split(0 if MPI.COMM_WORLD.Get_rank() in (1, 2) else 1) if PAIR else None
+hvd.init(process_sets=[PAIR] if PAIR else [])
 WIRES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 
 
@@ -119,3 +122,27 @@ def test_a_rank_whose_tensor_differs_fails_on_every_rank():
     y = np.ones(3, np.float32)
     hvd.allreduce_(y, op=hvd.Sum, name="r16.bad", compression=Compression.fp16)
     assert y.tolist() == [float(hvd.size())] * 3
+
+
+@pytest.mark.parametrize("method", ["fp16", "bf16"])
+def test_a_process_set_of_two_on_the_node_rounds_its_own_reduction(method):
+    """process_set=: the set's own state decides (two ranks of the node), Average divides by
+    the set's size, and its two members' sum is bit for bit NumPy's; the others take no part."""
+    from hvlite import runtime
+    from hvlite.process_sets import state_of
+    if PAIR is None:
+        pytest.skip("needs 3 ranks")
+    if hvd.rank() not in (1, 2):
+        return
+    assert state_of(runtime.current(), PAIR, "test").round16 == (
+        os.environ.get("EXPECT_ROUND16", "1") == "1")
+    c = getattr(Compression, method)
+    x = inputs((3, 1001), 99)
+    y = x.copy()
+    hvd.allreduce_(y, name=f"pair.{method}", compression=c, process_set=PAIR)
+    both = PAIR_COMM.allgather(x)
+    wire = WIRES[method]
+    with np.errstate(all="ignore"):
+        want = (both[0].astype(wire).astype(np.float32) + both[1].astype(wire).astype(np.float32)).astype(wire)
+        want = (want.astype(np.float32) / np.float32(2)).astype(wire).astype(np.float32)
+    assert y.tobytes() == want.tobytes()
