@@ -310,8 +310,6 @@ cdef class Lean:
         The same steps in Python cost ~15 us a tensor over the casts (docs/benchmarks.md)."""
         cdef cnp.ndarray a, dst, low
         cdef int o, dt
-        cdef Submission s
-        cdef CastHandle h
         if (type(x) is not cnp.ndarray or type(out) is not cnp.ndarray or type(op) is not self.ops
                 or type(name) is not str or not name or self.mark in name):
             return None
@@ -331,14 +329,8 @@ cdef class Lean:
             return None
         cast_arrays(a, low)
         account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(low), "allreduce", self.size)
-        s = self._submission(C_ALLREDUCE, dt, o, 0, name)
-        p = self.coordinator.post(name, s, low, low)
-        if type(p) is tuple:
-            raise _exception(*p)
-        h = CastHandle.__new__(CastHandle)
-        h._pending, h._finish, h.name, h._where = <Pending>p, None, name, ""
-        h.low, h.out, h.ret = low, dst, ret
-        return h
+        return self._cast_post(name, self._submission(C_ALLREDUCE, dt, o, 0, name), low, low,
+                               low, dst, ret)
 
     cdef object _round16_async(self, cnp.ndarray a, cnp.ndarray dst, int o, str name,
                                cnp.dtype wire, ret, account):
@@ -346,17 +338,22 @@ cdef class Lean:
         values (codes.h's "float32 as float16"), the casts' way's arithmetic without its
         passes. The payload counted is the 16-bit one, as across nodes (the node's memory moves
         float32's)."""
-        cdef Submission s
-        cdef CastHandle h
         account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(a) // 2, "allreduce", self.size)
-        s = self._submission(C_ALLREDUCE, DT_F32_AS_F16 if wire.type_num == cnp.NPY_FLOAT16
-                             else DT_F32_AS_BF16, o, 0, name)
-        p = self.coordinator.post(name, s, a, dst)
+        return self._cast_post(name, self._submission(
+            C_ALLREDUCE, DT_F32_AS_F16 if wire.type_num == cnp.NPY_FLOAT16 else DT_F32_AS_BF16,
+            o, 0, name), a, dst, None, dst, ret)
+
+    cdef CastHandle _cast_post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out,
+                               low, cnp.ndarray dst, ret):
+        """Post the compressed all-reduce of inp into out; its handle casts `low` back into dst
+        (nothing to cast with low None) and returns ret."""
+        cdef CastHandle h
+        p = self.coordinator.post(name, s, inp, out)
         if type(p) is tuple:
             raise _exception(*p)
         h = CastHandle.__new__(CastHandle)
         h._pending, h._finish, h.name, h._where = <Pending>p, None, name, ""
-        h.low, h.out, h.ret = None, dst, ret
+        h.low, h.out, h.ret = low, dst, ret
         return h
 
     cdef object _low(self, str name, cnp.ndarray a, cnp.dtype wire):

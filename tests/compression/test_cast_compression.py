@@ -45,9 +45,12 @@ def test_cast_keeps_0d_and_empty_arrays():
         assert same_bits(cast(x, WIRES["fp16"]), x.astype(np.float16))
 
 
-@pytest.mark.parametrize("n", [2])
-def test_compressed_allreduce_bits(mpirun, n):
-    mpirun(n, "tests/compression/mpi_cast.py", timeout=120)
+@pytest.mark.parametrize("round16", ["1", "0"])
+def test_compressed_allreduce_bits(mpirun, round16):
+    """On one node the compressors round inside the reduction; with that off they cast, as
+    across nodes, and both ways must keep every rule here."""
+    mpirun(2, "tests/compression/mpi_cast.py", timeout=120,
+           env={"HVLITE_COMPRESSION_ROUND_IN_REDUCTION": round16})
 
 
 @pytest.mark.parametrize("n, algorithm, on", [(2, "shm", 1), (3, "shm", 1), (5, "shm", 1),
