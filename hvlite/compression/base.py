@@ -214,14 +214,8 @@ class Compressor:
                 m.pop(name, None)
 
     def account(self, name, dense, payload_bytes, kind, n):
-        if n <= 1:
-            _stats.record(self.method, name, dense, payload_bytes, 0, 0)
-        elif kind == "allreduce":       # wire_bytes, inline: the hooks count every gradient
-            _stats.record(self.method, name, dense, payload_bytes,
-                          2 * (n - 1) * payload_bytes // n, 2 * (n - 1) * dense // n)
-        else:
-            _stats.record(self.method, name, dense, payload_bytes,
-                          wire_bytes(kind, payload_bytes, n), wire_bytes("allreduce", dense, n))
+        _stats.record(self.method, name, dense, payload_bytes, wire_bytes(kind, payload_bytes, n),
+                      wire_bytes("allreduce", dense, n))
 
 
 def check_out(out, x, name, method):

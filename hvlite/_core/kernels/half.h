@@ -243,9 +243,10 @@ static inline size_t hv_cast_bf16_f32_simd(uint32_t* d, const uint16_t* s, size_
  * (NumPy's float16, ml_dtypes' bfloat16), the op is applied as the 16-bit kernels above apply it,
  * and the result is rounded to 16 bits and stored widened: the cast, the 16-bit reduction and the
  * cast back, bit for bit, with no 16-bit array and no pass of its own. A value already rounded
- * rounds to itself, so partial results go on through the same kernels. 8 lanes at a time where
- * no lane holds a NaN (F16C/AVX2 round to nearest even as the scalar code does); a block with a
- * NaN takes the scalar code, as the casts do. */
+ * rounds to itself, so partial results go on through the same kernels. 8 lanes at a time (16
+ * for float16 Sum and Product with AVX-512) where no lane holds a NaN (F16C/AVX2 round to
+ * nearest even as the scalar code does); a block with a NaN takes the scalar code, as the
+ * casts do. */
 static inline float hv_f32h_op(float x, float y, int op) {
     if (op == 0) return x + y;
     if (op == 4) return x * y;
@@ -287,33 +288,25 @@ static inline int hv_cpu_avx512(void) {
     if (known < 0) known = __builtin_cpu_supports("avx512f");
     return known;
 }
+/* float16 Sum and Product 16 lanes at a time (half the conversions' instructions of the 8-lane
+ * loop); bfloat16's rounding is integer work, left to the 8-lane loop. */
 __attribute__((target("avx512f")))
-static inline __m512 hv_f32h_round16(__m512 v, int brain) {
-    if (!brain) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u)));
-}
-/* Sum and Product 16 lanes at a time (half the conversions' instructions of the 8-lane loop). */
-__attribute__((target("avx512f")))
-static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, size_t n, int op,
-                                    int brain) {
+static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, size_t n, int op) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 x = _mm512_loadu_ps(a + i), y = _mm512_loadu_ps(b + i), r;
         if (_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q)) {
-            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, brain);
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, 0);
             continue;
         }
-        x = hv_f32h_round16(x, brain);
-        y = hv_f32h_round16(y, brain);
+        x = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        y = _mm512_cvtph_ps(_mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         r = op == 0 ? _mm512_add_ps(x, y) : _mm512_mul_ps(x, y);
         if (_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q)) {      /* inf - inf, 0 * inf: a NaN made */
-            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, brain);
+            hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, 0);
             continue;
         }
-        _mm512_storeu_ps(d + i, hv_f32h_round16(r, brain));
+        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
     }
     return i;
 }
@@ -321,7 +314,7 @@ static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, si
 __attribute__((target("avx2,f16c")))
 static size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size_t n, int op,
                                   int brain) {
-    size_t i = (op == 0 || op == 4) && hv_cpu_avx512() ? hv_f32h_reduce_avx512(d, a, b, n, op, brain) : 0;
+    size_t i = !brain && (op == 0 || op == 4) && hv_cpu_avx512() ? hv_f32h_reduce_avx512(d, a, b, n, op) : 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i), r;
         if (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q))) {
