@@ -196,6 +196,18 @@ cdef class Lean:
             return self.codes[t]
         return _code_of(<object>cnp.PyArray_DESCR(x))        # ml_dtypes' bfloat16, say
 
+    cdef int _algorithm(self, algorithm) except -2:
+        """algorithm= (None: the set's default, HVLITE_ALLREDUCE_ALGORITHM) as its code, from
+        the set's table; -1 for one the general path must refuse."""
+        code = self.algorithms.get(algorithm)
+        if code is None:
+            try:
+                code = self.algorithm_code(algorithm)
+            except Exception:       # noqa: BLE001 - the general path says what is wrong
+                return -1
+            self.algorithms[algorithm] = code
+        return code
+
     cdef object _prepare(self, x, op, name, algorithm, process_set, bint inplace):
         """(name, Submission, out) for a call this face takes, else None."""
         cdef cnp.ndarray a
@@ -220,14 +232,9 @@ cdef class Lean:
         dt = self._dtype(a)
         if dt < 0:
             return None
-        code = self.algorithms.get(algorithm)
-        if code is None:
-            try:
-                code = self.algorithm_code(algorithm)
-            except Exception:       # noqa: BLE001 - the general path says what is wrong
-                return None
-            self.algorithms[algorithm] = code
-        algo = code
+        algo = self._algorithm(algorithm)
+        if algo < 0:
+            return None
         # The output before an automatic name: an allocation that fails here goes back to the
         # general path (which poisons the call on every rank) with no name taken on this rank
         # alone. Small outputs and automatic names' are not pooled: a new array, made here (the
@@ -309,7 +316,7 @@ cdef class Lean:
         returns `ret` (out, or the tensor it views). None: the caller takes its general way.
         The same steps in Python cost ~15 us a tensor over the casts (docs/benchmarks.md)."""
         cdef cnp.ndarray a, dst, low
-        cdef int o, dt
+        cdef int o, dt, algo
         if (type(x) is not cnp.ndarray or type(out) is not cnp.ndarray or type(op) is not self.ops
                 or type(name) is not str or not name or self.mark in name):
             return None
@@ -319,8 +326,11 @@ cdef class Lean:
         o = PyLong_AsLong(op)
         if o != OP_SUM and o != OP_AVERAGE:
             return None
+        algo = self._algorithm(None)    # the general way's: ranks on either way must agree
+        if algo < 0:
+            return None
         if self.round16:
-            return self._round16_async(a, dst, o, name, wire, ret, account)
+            return self._round16_async(a, dst, o, algo, name, wire, ret, account)
         low = self._low(name, a, wire)
         if low is None:
             return None
@@ -329,10 +339,10 @@ cdef class Lean:
             return None
         cast_arrays(a, low)
         account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(low), "allreduce", self.size)
-        return self._cast_post(name, self._submission(C_ALLREDUCE, dt, o, 0, name), low, low,
-                               low, dst, ret)
+        return self._cast_post(name, self._submission(C_ALLREDUCE, dt, o, 0, name), algo, low,
+                               low, low, dst, ret)
 
-    cdef object _round16_async(self, cnp.ndarray a, cnp.ndarray dst, int o, str name,
+    cdef object _round16_async(self, cnp.ndarray a, cnp.ndarray dst, int o, int algo, str name,
                                cnp.dtype wire, ret, account):
         """allreduce_cast_async on one node: a itself reduced into dst as float16/bfloat16
         values (codes.h's "float32 as float16"), the casts' way's arithmetic without its
@@ -341,13 +351,14 @@ cdef class Lean:
         account(name, cnp.PyArray_NBYTES(a), cnp.PyArray_NBYTES(a) // 2, "allreduce", self.size)
         return self._cast_post(name, self._submission(
             C_ALLREDUCE, DT_F32_AS_F16 if wire.type_num == cnp.NPY_FLOAT16 else DT_F32_AS_BF16,
-            o, 0, name), a, dst, None, dst, ret)
+            o, 0, name), algo, a, dst, None, dst, ret)
 
-    cdef CastHandle _cast_post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out,
-                               low, cnp.ndarray dst, ret):
-        """Post the compressed all-reduce of inp into out; its handle casts `low` back into dst
-        (nothing to cast with low None) and returns ret."""
+    cdef CastHandle _cast_post(self, str name, Submission s, int algo, cnp.ndarray inp,
+                               cnp.ndarray out, low, cnp.ndarray dst, ret):
+        """Post the compressed all-reduce of inp into out under `algo`; its handle casts `low`
+        back into dst (nothing to cast with low None) and returns ret."""
         cdef CastHandle h
+        s.algorithm = algo
         p = self.coordinator.post(name, s, inp, out)
         if type(p) is tuple:
             raise _exception(*p)

@@ -146,3 +146,23 @@ def test_a_process_set_of_two_on_the_node_rounds_its_own_reduction(method):
         want = (both[0].astype(wire).astype(np.float32) + both[1].astype(wire).astype(np.float32)).astype(wire)
         want = (want.astype(np.float32) / np.float32(2)).astype(wire).astype(np.float32)
     assert y.tobytes() == want.tobytes()
+
+
+def test_float32_on_one_rank_and_float64_on_another_fail_on_every_rank():
+    """On one node float32 is reduced as itself and float64 is cast, so the two no longer meet
+    as float16: the call fails with MismatchError on every rank, naming the tensor and the
+    dtypes, and the job goes on. With the setting off both are cast and reduced: rank 0's call
+    takes the lean way, the others' the general way, and under HVLITE_ALLREDUCE_ALGORITHM both
+    must submit that algorithm (the lean way's said auto: "ranks disagree on algorithm")."""
+    x = np.ones(4, np.float32 if hvd.rank() == 0 else np.float64)
+
+    def go():
+        hvd.allreduce_(x, op=hvd.Sum, name="r16.mixed", compression=Compression.fp16)
+    if os.environ.get("EXPECT_ROUND16", "1") == "1" and hvd.size() > 1:
+        expect_raise_everywhere(go, hvd.MismatchError, "r16.mixed", "dtype")
+    else:
+        go()
+        assert x.tolist() == [float(hvd.size())] * 4
+    y = np.ones(3, np.float32)
+    hvd.allreduce_(y, op=hvd.Sum, name="r16.after", compression=Compression.fp16)
+    assert y.tolist() == [float(hvd.size())] * 3
