@@ -16,8 +16,41 @@ from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
 cimport numpy as cnp
+
+cdef extern from *:
+    """
+    #include <string>
+    #include <unordered_set>
+    /* The names in flight on this rank: an async call's name goes in and, in its express round,
+       out again at once; the node that held it is kept for the next name (no allocation a call). */
+    struct hv_names {
+        std::unordered_set<std::string> set;
+    #if __cplusplus >= 201703L
+        std::unordered_set<std::string>::node_type spare;
+        void insert(const std::string& n) {
+            if (spare.empty()) { set.insert(n); return; }
+            spare.value() = n;
+            auto r = set.insert(std::move(spare));
+            if (!r.inserted) spare = std::move(r.node);
+        }
+        void erase(const std::string& n) {
+            auto it = set.find(n);
+            if (it == set.end()) return;
+            auto node = set.extract(it);
+            if (spare.empty()) spare = std::move(node);
+        }
+    #else
+        void insert(const std::string& n) { set.insert(n); }
+        void erase(const std::string& n) { set.erase(n); }
+    #endif
+        size_t count(const std::string& n) const { return set.count(n); }
+    };
+    """
+    cppclass hv_names:
+        void insert(const string&) nogil
+        void erase(const string&) nogil
+        size_t count(const string&) nogil
 from mpi4py.libmpi cimport *
 from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
@@ -87,7 +120,7 @@ cdef class Coordinator(Rounds):
     cdef hv_monitor dmon          # completions
     cdef hv_monitor rmon          # the round lock: its holder runs rounds and owns the state below
     cdef vector[Request*] queue
-    cdef unordered_set[string] inflight
+    cdef hv_names inflight
     cdef bint stop_requested
     cdef readonly bint dead
     cdef string dead_reason
@@ -275,7 +308,7 @@ cdef class Coordinator(Rounds):
                                  "again, or use another name")
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
-                self._drive(req, req.submitted + WAIT_SLICE)
+                self._drive(req, req.submitted + WAIT_SLICE, 0)
             self.ledger.sweep()
         return p
 
@@ -462,27 +495,28 @@ cdef class Coordinator(Rounds):
             return cache_lookup(&self.cache, req.name, req.meta)    # STALE (< 0): the round's
         return -1
 
-    cdef bint _express_queued(self, Request* req) noexcept nogil:
-        """(rmon held) _drive: whether `req`, submitted and now waited for, is the queue's only
-        request and takes the express round, as a synchronous call's would (async then
-        synchronize: no table holds it). Its name stays in flight (xname) until the round
-        lets go."""
+    cdef int _express_queued(self, Request* req) noexcept nogil:
+        """(rmon held) _drive's one look under the queue's lock: -1 when a stop is under way (the
+        round is left to the coordinator thread), 1 when `req`, submitted and now waited for, is
+        the queue's only request and takes the express round, as a synchronous call's would
+        (async then synchronize: no table holds it), else 0 (a general round). Its name stays
+        in flight (xname) until the round lets go."""
         cdef int slot = self._express_slot(req)
-        cdef bint ok
-        if slot < 0:
-            return False
+        cdef int r = 0
         hv_lock(&self.qmon)
-        ok = not (self.dead or self.stop_requested or self.finished or self.busy or self.kick
-                  or self.queue.size() != 1 or self.queue[0] != req)
-        if ok:
+        if self.stop_requested or self.finished:
+            r = -1
+        elif slot >= 0 and not (self.dead or self.busy or self.kick or self.queue.size() != 1
+                                or self.queue[0] != req):
             self.queue.clear()
             self.inflight.erase(req.name)
             self.xname = &req.name
+            r = 1
         hv_unlock(&self.qmon)
-        if ok:
+        if r == 1:
             self.now_req = req
             self.now_slot = slot
-        return ok
+        return r
 
     def sweep(self):
         self.ledger.sweep()
@@ -519,7 +553,7 @@ cdef class Coordinator(Rounds):
     cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
         """Pending.wait: run rounds on the waiting thread until req completes or `seconds`
         have passed (then the caller checks for signals and comes back)."""
-        self._drive(req, hv_now() + seconds)
+        self._drive(req, 0, seconds)
 
     cdef int sweep_done(self) except -1:
         return self.ledger.sweep()
@@ -782,7 +816,7 @@ cdef class Coordinator(Rounds):
             hv_unlock(&self.qmon)
         return 0
 
-    cdef void _drive(self, Request* req, double until) noexcept nogil:
+    cdef void _drive(self, Request* req, double until, double span) noexcept nogil:
         """A thread waiting for `req` runs rounds itself until it completes, one round per
         turn of the round lock: while another thread holds the lock it sleeps on the completion
         monitor instead (woken when a request completes or the lock is let go), so a round
@@ -790,23 +824,29 @@ cdef class Coordinator(Rounds):
         rounds: another thread of this rank (a second synchronous call, a chained collective)
         must be able to take its turn, or ranks whose threads wait in different orders would
         each hold the round the others need. A stop is left to the coordinator thread, and so
-        is whatever is still pending afterwards. It returns at `until` too (after one turn at
-        least), so that the caller can run Python's signal handlers (a wait stays interruptible)."""
+        is whatever is still pending afterwards. It returns at `until` (or, with `until` 0,
+        `span` seconds after its first turn) too, after one turn at least, so that the caller
+        can run Python's signal handlers (a wait stays interruptible). An async call's express
+        round (_express_queued) takes the queue's lock twice in all: once to take the request,
+        once to let its name go and hand what is left to the coordinator thread."""
         cdef Watch* saved
-        cdef bint go, kick = False, last = False, first = True
-        cdef int turn
-        # the first turn without a look at the clock: `until` is a slice away
-        while hv_load(&req.status) == ST_PENDING and not last and (first or hv_now() < until):
-            first = False
-            hv_lock(&self.qmon)
-            go = not (self.stop_requested or self.finished)
-            hv_unlock(&self.qmon)
-            if not go:
+        cdef bint kick = False, last = False, told = False, first = True
+        cdef int turn, way
+        # the first turn without a look at the clock (an async call's express round: none)
+        while hv_load(&req.status) == ST_PENDING and not last:
+            if first:
+                first = False
+            elif until == 0:
+                until = hv_now() + span
+            elif hv_now() >= until:
                 break
             turn = hv_load_sc(&self.turns)
             if hv_trylock(&self.rmon):
                 if hv_load(&req.status) == ST_PENDING:
-                    self._express_queued(req)
+                    way = self._express_queued(req)
+                    if way < 0:
+                        self._release_round()
+                        break
                     saved = watch_current()
                     watch_bind(&self.watch)
                     last = self._step() != 0
@@ -815,6 +855,9 @@ cdef class Coordinator(Rounds):
                     if self.xname != NULL:      # before the round lock goes (_take_now's way)
                         hv_lock(&self.qmon)
                         self.xname = NULL
+                        if last or hv_load(&req.status) != ST_PENDING:    # this turn is the last
+                            self._hand_over(kick)
+                            told = True
                         hv_unlock(&self.qmon)
                 self._release_round()
                 continue
@@ -827,11 +870,17 @@ cdef class Coordinator(Rounds):
                 hv_wait(&self.dmon, 0.05)
             hv_add(&self.turn_waiters, -1)
             hv_unlock(&self.dmon)
-        hv_lock(&self.qmon)
+        if not told:
+            hv_lock(&self.qmon)
+            self._hand_over(kick)
+            hv_unlock(&self.qmon)
+
+    cdef void _hand_over(self, bint kick) noexcept nogil:
+        """(qmon held) A waiting thread's last look: the coordinator thread is woken for what is
+        left (a peer's ping, work queued or pending, a stop)."""
         self.kick = self.kick or kick
         if self.kick or self.busy or not self.queue.empty() or self.stop_requested:
             hv_notify_all(&self.qmon)
-        hv_unlock(&self.qmon)
 
     cdef void _release_round(self) noexcept nogil:
         """Let go of the round lock, waking threads that wait for their turn at it (_drive);

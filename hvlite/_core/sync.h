@@ -78,7 +78,12 @@ typedef struct { pthread_mutex_t mu; pthread_cond_t cv; } hv_monitor;
 
 static inline void hv_monitor_init(hv_monitor* m) {
     pthread_condattr_t a; pthread_condattr_init(&a); pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_mutex_init(&m->mu, NULL); pthread_cond_init(&m->cv, &a); pthread_condattr_destroy(&a);
+    pthread_mutexattr_t ma; pthread_mutexattr_init(&ma);
+#if defined(__GLIBC__) && defined(__USE_GNU)
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(&m->mu, &ma); pthread_mutexattr_destroy(&ma);
+    pthread_cond_init(&m->cv, &a); pthread_condattr_destroy(&a);
 }
 static inline void hv_monitor_destroy(hv_monitor* m) { pthread_cond_destroy(&m->cv); pthread_mutex_destroy(&m->mu); }
 static inline void hv_lock(hv_monitor* m) { pthread_mutex_lock(&m->mu); }
