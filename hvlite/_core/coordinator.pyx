@@ -308,7 +308,7 @@ cdef class Coordinator(Rounds):
                                  "again, or use another name")
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
-                self._drive(req, req.submitted + WAIT_SLICE, 0)
+                self._drive(req, req.submitted + WAIT_SLICE)
             self.ledger.sweep()
         return p
 
@@ -553,7 +553,7 @@ cdef class Coordinator(Rounds):
     cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
         """Pending.wait: run rounds on the waiting thread until req completes or `seconds`
         have passed (then the caller checks for signals and comes back)."""
-        self._drive(req, 0, seconds)
+        self._drive(req, hv_now() + seconds)
 
     cdef int sweep_done(self) except -1:
         return self.ledger.sweep()
@@ -816,7 +816,7 @@ cdef class Coordinator(Rounds):
             hv_unlock(&self.qmon)
         return 0
 
-    cdef void _drive(self, Request* req, double until, double span) noexcept nogil:
+    cdef void _drive(self, Request* req, double until) noexcept nogil:
         """A thread waiting for `req` runs rounds itself until it completes, one round per
         turn of the round lock: while another thread holds the lock it sleeps on the completion
         monitor instead (woken when a request completes or the lock is let go), so a round
@@ -824,22 +824,17 @@ cdef class Coordinator(Rounds):
         rounds: another thread of this rank (a second synchronous call, a chained collective)
         must be able to take its turn, or ranks whose threads wait in different orders would
         each hold the round the others need. A stop is left to the coordinator thread, and so
-        is whatever is still pending afterwards. It returns at `until` (or, with `until` 0,
-        `span` seconds after its first turn) too, after one turn at least, so that the caller
-        can run Python's signal handlers (a wait stays interruptible). An async call's express
-        round (_express_queued) takes the queue's lock twice in all: once to take the request,
-        once to let its name go and hand what is left to the coordinator thread."""
+        is whatever is still pending afterwards. It returns at `until` too (after one turn at
+        least), so that the caller can run Python's signal handlers (a wait stays
+        interruptible). An async call's express round (_express_queued) takes the queue's lock
+        twice in all: once to take the request, once to let its name go and hand what is left
+        to the coordinator thread."""
         cdef Watch* saved
         cdef bint kick = False, last = False, told = False, first = True
         cdef int turn, way
-        # the first turn without a look at the clock (an async call's express round: none)
-        while hv_load(&req.status) == ST_PENDING and not last:
-            if first:
-                first = False
-            elif until == 0:
-                until = hv_now() + span
-            elif hv_now() >= until:
-                break
+        # the first turn without a look at the clock: `until` is a slice away
+        while hv_load(&req.status) == ST_PENDING and not last and (first or hv_now() < until):
+            first = False
             turn = hv_load_sc(&self.turns)
             if hv_trylock(&self.rmon):
                 if hv_load(&req.status) == ST_PENDING:
