@@ -550,10 +550,10 @@ cdef class Coordinator(Rounds):
         communicator that MPI gives the same context."""
         return self.watch.quiet
 
-    cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
-        """Pending.wait: run rounds on the waiting thread until req completes or `seconds`
-        have passed (then the caller checks for signals and comes back)."""
-        self._drive(req, hv_now() + seconds)
+    cdef void drive_until(self, Request* req, double until) noexcept nogil:
+        """Pending.wait: run rounds on the waiting thread until req completes or the clock
+        reaches `until` (then the caller checks for signals and comes back)."""
+        self._drive(req, until)
 
     cdef int sweep_done(self) except -1:
         return self.ledger.sweep()

@@ -10,7 +10,7 @@ cdef class OwnedBuffer:
 
 # Who completes the requests: a waiting thread runs its rounds itself (the coordinator).
 cdef class Rounds:
-    cdef void drive_for(self, Request* req, double seconds) noexcept nogil
+    cdef void drive_until(self, Request* req, double until) noexcept nogil
     cdef int sweep_done(self) except -1
     cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out)
     cdef void recycle(self, Request* req) noexcept

@@ -50,8 +50,8 @@ cdef class Rounds:
     """What a Pending's wait calls on its owner, as C calls (a Python method call each was a
     tenth of an async 4 KiB call then synchronize)."""
 
-    cdef void drive_for(self, Request* req, double seconds) noexcept nogil:
-        """Run rounds on this thread until req completes or `seconds` have passed."""
+    cdef void drive_until(self, Request* req, double until) noexcept nogil:
+        """Run rounds on this thread until req completes or the clock reaches `until`."""
 
     cdef int sweep_done(self) except -1:
         """Let go of what completed meanwhile (dropped handles)."""
@@ -97,12 +97,17 @@ cdef class Pending:
         cdef int i
         cdef double until
         cdef Rounds owner = self.owner
+        cdef bint first = True
         if hv_load(&req.status) != ST_PENDING:
             owner.sweep_done()
             return 0
         while True:
             with nogil:
-                owner.drive_for(req, WAIT_SLICE)
+                # the first slice runs from the submit (no clock read: an async call's express
+                # round completes it at once; a handle waited on long after ends it after a turn)
+                until = req.submitted + WAIT_SLICE if first else hv_now() + WAIT_SLICE
+                first = False
+                owner.drive_until(req, until)
                 for i in range(200):
                     if hv_load(&req.status) != ST_PENDING:
                         break
