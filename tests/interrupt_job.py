@@ -2,7 +2,7 @@
 rank 1 submits only once rank 0 has left it (argv[1]: a file rank 0 writes then). So the wait
 can end only through the signals: a SIGUSR1 handler runs within it, and SIGINT raises
 KeyboardInterrupt in the caller (without them the launch hangs until its timeout). Rank 0 then
-leaves, and rank 1's call fails with an error naming it instead of waiting for it."""
+shuts down and leaves, and rank 1's call fails with an error naming it instead of waiting for it."""
 import os
 import signal
 import sys
@@ -28,6 +28,9 @@ if rank == 0:
     except KeyboardInterrupt:
         print(f"rank 0: handler after {ran[0] - t0:.2f} s, KeyboardInterrupt after "
               f"{time.monotonic() - t0:.2f} s", flush=True)
+    # shut down before rank 1 calls: its call then meets the shutdown, not the request rank 0
+    # left behind (with the file first, a call quick to follow ran with it before the stop)
+    hvd.shutdown()
     open(sys.argv[1], "w").close()
     sys.exit(3)
 else:
