@@ -121,8 +121,10 @@ cdef class CastHandle(Handle):
     def synchronize(self):
         """The protocol in one C call for a result that completed (as ArrayHandle's); an
         error goes the protocol's way."""
+        cdef Pending p
         if not self._settled:
-            if self._pending.settle_c() != ST_DONE:
+            p = self._pending       # held here while it waits (another thread may settle it)
+            if p.settle_c() != ST_DONE:
                 return Work.synchronize(self)
             if self.low is not None:
                 cast_arrays(self.low, self.out)

@@ -10,8 +10,10 @@ cdef class OwnedBuffer:
 
 # Who completes the requests: a waiting thread runs its rounds itself (the coordinator).
 cdef class Rounds:
+    cdef int sleepers          # threads in a Pending's wait on the completion monitor
     cdef void drive_until(self, Request* req, double until) noexcept nogil
     cdef int sweep_done(self) except -1
+    cdef int let_go(self, Pending p) except -1
     cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out)
     cdef void recycle(self, Request* req) noexcept
 
@@ -32,6 +34,7 @@ cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object ke
 cdef class Ledger:
     cdef set live
     cdef vector[Request*] completed     # held requests completed since the last sweep (under mon)
+    cdef int has_completed              # completed is not empty (set before the status is)
     cdef hv_monitor* mon
     cdef int track(self, Pending p) except -1
     cdef int track_late(self, Pending p) except -1

@@ -57,6 +57,10 @@ cdef class Rounds:
         """Let go of what completed meanwhile (dropped handles)."""
         return 0
 
+    cdef int let_go(self, Pending p) except -1:
+        """Let go of `p`, whose request this thread's own wait completed (settled_here)."""
+        return 0
+
     cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out):
         """Queue an asynchronous request: its Pending, or (kind, message) when refused (the
         lean face's async calls, as C calls)."""
@@ -99,6 +103,8 @@ cdef class Pending:
         cdef Rounds owner = self.owner
         cdef bint first = True
         if hv_load(&req.status) != ST_PENDING:
+            if req.settled_here and req.held != NULL:
+                owner.let_go(self)
             owner.sweep_done()
             return 0
         while True:
@@ -115,10 +121,14 @@ cdef class Pending:
                         hv_yield()
                 if hv_load(&req.status) == ST_PENDING:
                     until = hv_now() + WAIT_SLICE
+                    # counted before the status is read under the lock: an express round that
+                    # completes the request without the lock (settled_here) sees the count
+                    hv_add(&owner.sleepers, 1)
                     hv_lock(mon)
-                    while hv_load(&req.status) == ST_PENDING and hv_now() < until:
+                    while hv_load_sc(&req.status) == ST_PENDING and hv_now() < until:
                         hv_wait(mon, WAIT_SLICE)
                     hv_unlock(mon)
+                    hv_add(&owner.sleepers, -1)
             if hv_load(&req.status) != ST_PENDING:
                 break
             # Python's signal handlers run here, every WAIT_SLICE at most, as in CPython's own
@@ -126,6 +136,8 @@ cdef class Pending:
             # the runtime's (completed, or failed at shutdown, like a dropped handle's)
             if PyErr_CheckSignals() < 0:
                 return -1
+        if req.settled_here and req.held != NULL:      # completed by this thread's own round
+            owner.let_go(self)
         owner.sweep_done()          # what completed meanwhile (dropped handles) is let go now
         return 0
 
@@ -200,12 +212,13 @@ cdef class Pending:
     def __dealloc__(self):
         if self.req == NULL:
             return
-        hv_lock(self.mon)
-        if hv_load(&self.req.status) == ST_PENDING:
-            self.req.orphan = True          # the coordinator frees it when it completes
+        if not self.req.settled_here:       # (else the coordinator is done with it for good)
+            hv_lock(self.mon)
+            if hv_load(&self.req.status) == ST_PENDING:
+                self.req.orphan = True          # the coordinator frees it when it completes
+                hv_unlock(self.mon)
+                return
             hv_unlock(self.mon)
-            return
-        hv_unlock(self.mon)
         free(self.req.result)
         self.req.result = NULL
         if self.owner is not None:
@@ -226,7 +239,9 @@ cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object ke
 cdef class Ledger:
     """Every Pending of a set whose request may still be in flight. The coordinator notes each
     held request it completes (`completed`, under the completion monitor); the next sweep lets
-    go of them, so dropped work costs O(completed), not O(in flight), per call."""
+    go of them, so dropped work costs O(completed), not O(in flight), per call. A request its
+    own waiting thread completed in the express round (settled_here) is let go by that wait
+    instead (Rounds.let_go), without the monitor."""
 
     cdef int track(self, Pending p) except -1:
         """Hold `p` (and so its buffers) until its request completes."""
@@ -258,11 +273,11 @@ cdef class Ledger:
         (the set holds it), so its pointer is good."""
         cdef vector[Request*] done
         cdef size_t i
-        hv_lock(self.mon)
-        if self.completed.empty():
-            hv_unlock(self.mon)
+        if not hv_load(&self.has_completed):    # no lock: one who saw a status sees this too
             return 0
+        hv_lock(self.mon)
         done.swap(self.completed)
+        hv_store(&self.has_completed, 0)
         hv_unlock(self.mon)
         live = self.live
         for i in range(done.size()):
@@ -295,6 +310,7 @@ cdef class Ledger:
         self.live = set()
         hv_lock(self.mon)
         self.completed.clear()
+        hv_store(&self.has_completed, 0)
         hv_unlock(self.mon)
 
 
@@ -382,7 +398,8 @@ cdef class Handle(Work):
         return self._pending.poll()
 
     def _block(self):
-        self._pending.wait_c()
+        cdef Pending p = self._pending      # held here: another thread's synchronize may drop
+        p.wait_c()                          # the handle's reference while this one waits
 
     cdef int _raise_failure(self) except -1:
         """Raise the request's error when it did not succeed."""
@@ -413,8 +430,10 @@ cdef class ArrayHandle(Handle):
     def synchronize(self):
         """The protocol in one C call for a result that completed; an error goes the
         protocol's way."""
+        cdef Pending p
         if not self._settled:
-            if self._pending.settle_c() != ST_DONE:
+            p = self._pending       # held here: another thread's synchronize may drop the
+            if p.settle_c() != ST_DONE:     # handle's reference while this one waits
                 return Work.synchronize(self)
             self._value, self._settled = self._finish, True
             self._pending = None

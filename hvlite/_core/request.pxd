@@ -43,6 +43,8 @@ cdef cppclass Request:
     int algorithm_used
     bint orphan                 # the Python handle is gone: the coordinator deletes it on completion
     void* held                  # its Pending, borrowed (the coordinator's `live` set owns it)
+    bint settled_here           # completed by its own waiter's express round: that wait lets go
+                                # of its Pending (not the sweep); the coordinator is done with it
     # negotiation state (coordinator thread only)
     int slot                    # response-cache slot, or -1
     bint sent                   # already told rank 0 (cache misses)

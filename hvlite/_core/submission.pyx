@@ -81,6 +81,7 @@ cdef int fill_request(Request* req, Submission s, const char* name, size_t n, cn
     req.value = 0
     req.algorithm_used = 0
     req.orphan = False
+    req.settled_here = False
     req.slot = -1
     req.sent = False
     req.submitted = hv_now() if stamp else 0

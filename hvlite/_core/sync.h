@@ -46,6 +46,7 @@ static inline int hv_add(int* p, int v) { return __atomic_add_fetch(p, v, __ATOM
 /* Sequentially consistent: with hv_add on the other side, two threads that each write one word
  * and then read the other's cannot both miss the other's write. */
 static inline int hv_load_sc(int* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static inline void hv_store_sc(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 static inline void hv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /* Sleep on a word in memory shared between processes until another process wakes it, while it
  * still holds `expected`, for at most `seconds`; returns 1 when woken (callers look again: the

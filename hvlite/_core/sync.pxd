@@ -8,6 +8,7 @@ cdef extern from "sync.h" nogil:
     void hv_store(int*, int)
     int hv_add(int*, int)
     int hv_load_sc(int*)
+    void hv_store_sc(int*, int)
     void hv_fence()
     int hv_futex_wait(int*, int, double)
     void hv_futex_wake(int*)

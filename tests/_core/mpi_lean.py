@@ -668,6 +668,29 @@ def test_a_loop_of_async_calls_leaves_the_round_lock_to_its_callers():
     if N == 1 and idle > calls // 1000:
         failures.append(f"the coordinator thread took the round lock for nothing {idle} times "
                         f"in {calls} calls")
+    import threading
+    import time
+    # After the loop (its callers ran every round themselves) a request nobody waits on still
+    # runs, on the coordinator thread: poll() alone sees it complete
+    h = hvd.allreduce_async(x, op=hvd.Sum, name="lean.loop.c")
+    deadline = time.monotonic() + 30
+    while not h.poll() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if not h.poll():
+        failures.append("a request nobody waited on never ran")
+    elif not same_bits(h.synchronize(), want):
+        failures.append("the request nobody waited on: its result")
+    # Two threads wait on one handle: the one whose round completes it wakes the other
+    for i in range(20):
+        h = hvd.allreduce_async(x, op=hvd.Sum, name="lean.loop.d")
+        waited = []
+        t = threading.Thread(target=lambda: waited.append(h.wait()))
+        t.start()
+        got = h.synchronize()
+        t.join(30)
+        if t.is_alive() or waited != [True] or not same_bits(got, want):
+            failures.append(f"step {i}: two threads on one handle: {waited} {got}")
+            break
     if c.held() or c.in_flight():
         failures.append(f"rank {RANK}: still held afterwards: {c.held()}")
     assert_everywhere(failures)
