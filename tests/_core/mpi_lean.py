@@ -639,7 +639,10 @@ def test_a_loop_of_async_calls_leaves_the_round_lock_to_its_callers():
     request its grace from its own submit, and when the callers have run everything meanwhile
     it goes back to sleep without taking the round lock (the caller that found the lock held
     slept until it was let go: a tenth of the loop's time on one rank). Its handles are the
-    protocol's, hvlite.Handle and hvlite.work.Work, and can be weakly referenced."""
+    protocol's, hvlite.Handle and hvlite.work.Work, and can be weakly referenced. Afterwards a
+    request nobody waits on still completes on the coordinator thread, and two threads waiting
+    on one handle both return (the one whose round settles it without the completion monitor
+    still wakes the other)."""
     import weakref
     from hvlite.work import Work
     c = _coordinator()
