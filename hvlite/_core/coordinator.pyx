@@ -309,10 +309,10 @@ cdef class Coordinator(Rounds):
         if inline:      # a first turn here; Pending.wait goes on, checking for signals
             with nogil:
                 self._drive(req, req.submitted + WAIT_SLICE)
-            if (hv_load(&req.status) != ST_PENDING and req.settled_here
-                    and req.held != NULL):      # its own round completed it
-                self.let_go(p)
-            self.ledger.sweep()
+            if hv_load(&req.status) != ST_PENDING:
+                p.waited()
+            else:
+                self.ledger.sweep()
         return p
 
     cdef object post(self, str name, Submission s, cnp.ndarray inp, cnp.ndarray out):

@@ -25,6 +25,7 @@ cdef class Pending:
 
     cdef bint pending(self) noexcept
     cdef int wait_c(self) except -1
+    cdef int waited(self) except -1
     cdef int settle_c(self) except -1
 
 cdef Pending make_pending(Request* req, hv_monitor* mon, Rounds owner, object keep)

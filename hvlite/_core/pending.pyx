@@ -103,10 +103,7 @@ cdef class Pending:
         cdef Rounds owner = self.owner
         cdef bint first = True
         if hv_load(&req.status) != ST_PENDING:
-            if req.settled_here and req.held != NULL:
-                owner.let_go(self)
-            owner.sweep_done()
-            return 0
+            return self.waited()
         while True:
             with nogil:
                 # the first slice runs from the submit (no clock read: an async call's express
@@ -136,9 +133,15 @@ cdef class Pending:
             # the runtime's (completed, or failed at shutdown, like a dropped handle's)
             if PyErr_CheckSignals() < 0:
                 return -1
-        if req.settled_here and req.held != NULL:      # completed by this thread's own round
-            owner.let_go(self)
-        owner.sweep_done()          # what completed meanwhile (dropped handles) is let go now
+        return self.waited()
+
+    cdef int waited(self) except -1:
+        """(its request completed) A wait's end: this Pending is let go when its own waiting
+        thread settled it (settled_here: no sweep will), then whatever else completed
+        meanwhile (dropped handles)."""
+        if self.req.settled_here and self.req.held != NULL:
+            self.owner.let_go(self)
+        self.owner.sweep_done()
         return 0
 
     def settle(self):
