@@ -9,8 +9,11 @@ overwritten. It also keeps the result before that one: in `y = allreduce(x, name
 loop, y still holds the last result when the next call comes, but no longer the one before it.
 Only names that come back are kept (a name's result is kept from its second call on: names
 used once, such as one per step, never hold memory here), and only the caller's own names
-(automatic names are recycled for other calls). Small arrays come from the heap without
-page faults and are not kept; the pool holds at most MAX_BYTES, least recently used first out.
+(automatic names are recycled for other calls). Arrays under MIN_BYTES come from the heap
+and are not kept: they page-fault nothing, and a peer writes a few lines of them through the
+kernel as cheaply. From MIN_BYTES (16 KiB) a fused batch's outputs lie in the arena below, which
+the peers write themselves (docs/benchmarks.md, "Small outputs in the arena"). The pool holds at
+most MAX_BYTES, least recently used first out.
 Allgather and alltoall take theirs by shape (take_shaped): the core writes the result there when
 it has exactly that size (every rank sent as many rows), else allocates it as before.
 The arrays it keeps come from `allocate(nbytes)` when given (the node's shared output arena,
@@ -21,7 +24,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-MIN_BYTES = 64 << 10
+MIN_BYTES = 16 << 10
 MAX_BYTES = 1 << 30
 MAX_NAMES = 4096        # names seen once, remembered to know when one comes back
 

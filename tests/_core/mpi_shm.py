@@ -288,12 +288,29 @@ def test_direct_reads_give_every_rank_the_same_bits():
                 h.synchronize()
             mixed = [p.copy() for p in parts]
     mixed = [h.synchronize() if i % 2 == 0 else m for i, (h, m) in enumerate(zip(handles, mixed))]
+    # a batch of outputs from the pool's smallest (16 KiB) up, and some below it: from a name's
+    # second call on the larger ones lie in the arena, each peer writing its share there itself
+    # beside the kernel's writes into the heap's
+    lengths = [4096 + (i % 5) * 997 if i % 4 else 700 for i in range(60)]
+    starts = np.cumsum([0] + lengths)
+    pieces = [big[RANK, starts[i]:starts[i + 1]] for i in range(len(lengths))]
+    for attempt in range(3):
+        handles = [hvd.allreduce_async(p, op=hvd.Sum, name=f"d.small.{i}")
+                   for i, p in enumerate(pieces)]
+        smalls = [h.synchronize() for h in handles]
     failures = []
+    if ENABLED and hvd._current().global_state.coordinator.outputs_shared():
+        from hvlite._core.shm.arena import shared
+        lo, cap = shared().address, shared().cap
+        inside = [lo <= s.ctypes.data < lo + cap for s in smalls]
+        if inside != [s.nbytes >= (16 << 10) for s in smalls]:
+            failures.append(f"rank {RANK}: outputs in the arena {inside}, not those from 16 KiB")
     for what, got, want in (("tiny", tiny, base.sum(0)), ("in place", inplace, big.sum(0)),
                             ("out of place", outplace, big.sum(0)),
                             ("out of place, Max", outmax, big.max(0)),
                             ("out of place, Average", outavg, big.sum(0) / N),
                             ("mixed batch", np.concatenate(mixed), big.sum(0)),
+                            ("small outputs", np.concatenate(smalls), big.sum(0)[:starts[-1]]),
                             ("streamed", streamed, huge.sum(0) / N),
                             ("streamed, Sum", streamed_sum, huge.sum(0))):
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
@@ -305,7 +322,8 @@ def test_direct_reads_give_every_rank_the_same_bits():
         # one node: every element is the ranks' inputs added in rank order, whichever way the
         # segment went and whichever rank reduced it (each rank folds its own inputs in where
         # they come, with no copy of them first)
-        for what, got, rows in (("out of place", outplace, big), ("streamed, Sum", streamed_sum, huge)):
+        for what, got, rows in (("out of place", outplace, big), ("streamed, Sum", streamed_sum, huge),
+                                ("small outputs", np.concatenate(smalls), big[:, :starts[-1]])):
             ordered = rows[0].copy()
             for r in range(1, N):
                 ordered += rows[r]
