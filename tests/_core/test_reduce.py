@@ -7,7 +7,8 @@ import pytest
 import minmax_rule
 from hvlite._core.codes import DTYPES
 from hvlite._core.dtypes import ARRAY_NAMES, code_of, size_of, supported_names
-from hvlite._core.kernels.reduce import divide_array, reduce_arrays, reduce_arrays_to
+from hvlite._core.kernels.reduce import (divide_array, reduce_arrays, reduce_arrays_to,
+                                         stream_copy_array)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -301,3 +302,25 @@ def test_the_16_bit_reductions_of_float32_are_not_array_dtypes():
     assert all(" as " not in n for n in supported_names())
     assert code_of(np.dtype(np.float32)) == DTYPES.index("float32")
     assert [size_of(AS16[w][0]) for w in sorted(AS16)] == [4, 4]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_stream_copy_writes_every_byte_at_every_width(level):
+    """The copy past the cache (kernels/stream.h) at each store width this CPU has: every
+    destination offset within a line, lengths around the 4 KiB cut-over and the lines' tail,
+    and nothing written outside [dst, dst + n)."""
+    widest = stream_copy_array(bytearray(1), b"x")
+    if widest < level:
+        pytest.skip(f"stores of level {level} are not on this CPU (or not x86-64)")
+    rng = np.random.default_rng(level)
+    for n in (0, 1, 4095, 4096, 4097, 5000, 65536 + 37, 200003):
+        for off in (0, 1, 15, 16, 31, 33, 63):
+            src = rng.integers(0, 256, n, np.uint8)
+            buf = np.full(n + 192, 0xA5, np.uint8)
+            dst = buf[64 + off:64 + off + n]
+            assert stream_copy_array(dst, src, level) == level
+            assert np.array_equal(dst, src), (n, off)
+            assert (buf[:64 + off] == 0xA5).all() and (buf[64 + off + n:] == 0xA5).all(), (n, off)
+    with pytest.raises(ValueError, match="differ in size"):
+        stream_copy_array(bytearray(3), b"ab")
+

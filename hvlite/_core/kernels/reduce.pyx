@@ -1,4 +1,5 @@
-"""Typed reduction kernels: one loop per (dtype, op), written so the C compiler vectorizes them.
+"""Typed reduction kernels: one loop per (dtype, op), written so the C compiler vectorizes them
+(and a test hook for kernels/stream.h, the copy past the cache that writes their results out).
 
 Integer arithmetic wraps (the module is compiled with -fwrapv), as NumPy's and MPI's do.
 Float Min/Max (minmax.h) propagate NaN as NumPy's minimum/maximum do, as the default quiet NaN, and
@@ -36,6 +37,10 @@ cdef extern from "kernels/minmax.h" nogil:
     void hv_max_f32(float* a, const float* b, size_t n)
     void hv_min_f64(double* a, const double* b, size_t n)
     void hv_max_f64(double* a, const double* b, size_t n)
+
+cdef extern from "kernels/stream.h" nogil:
+    void hv_stream_copy(char* dst, const char* src, size_t n)
+    int hv_stream_force(int level)
 
 cdef extern from "kernels/arith.h" nogil:
     size_t hv_add_f32(float* a, const float* b, size_t n)
@@ -293,6 +298,26 @@ def reduce_arrays_to(dst, a, b, int dtype, int op):
     cdef size_t n = o.shape[0] // dtype_size(dtype)
     if n:
         reduce_to(&o[0], &x[0], &y[0], n, dtype, op)
+
+
+def stream_copy_array(dst, src, int level=-1):
+    """Test hook: dst[:] = src through hv_stream_copy with stores of 2: 64, 1: 32, 0: 16 bytes
+    (-1: the widest this CPU has); returns the width it ran at, or -1 where the copy is memcpy."""
+    cdef unsigned char[::1] o = memoryview(dst).cast("B")
+    cdef const unsigned char[::1] i = memoryview(src).cast("B")
+    if o.shape[0] != i.shape[0]:
+        raise ValueError("buffers differ in size")
+    cdef int widest = hv_stream_force(-1), ran
+    if level > widest:
+        raise ValueError(f"this CPU has no stores of level {level} (widest {widest})")
+    hv_stream_force(level if level >= 0 else widest)
+    ran = hv_stream_force(-1)
+    try:
+        if o.shape[0]:
+            hv_stream_copy(<char*>&o[0], <const char*>&i[0], o.shape[0])
+    finally:
+        hv_stream_force(widest)
+    return ran
 
 
 def divide_array(buf, int dtype, long divisor, src=None):

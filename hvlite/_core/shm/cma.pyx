@@ -45,8 +45,7 @@ cdef extern from "<sys/uio.h>" nogil:
     ssize_t process_vm_writev(int pid, const iovec* local, unsigned long liovcnt,
                               const iovec* remote, unsigned long riovcnt, unsigned long flags)
 
-cdef extern from "kernels/stream.h" nogil:
-    void hv_stream_copy(char* dst, const char* src, size_t n)
+from hvlite._core.kernels.stream cimport hv_prefetch, hv_stream_copy_ahead
 
 cdef extern from "<stdio.h>" nogil:
     ctypedef struct FILE
@@ -177,11 +176,12 @@ cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, 
 
 
 cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap* to, size_t a,
-               size_t b, size_t es, iovec* loc, iovec* rem, bint stream) noexcept nogil:
+               size_t b, size_t es, iovec* loc, iovec* rem, bint stream,
+               hv_prefetch* ahead) noexcept nogil:
     """The result for batch elements [a, b) into a peer's outputs: from acc (contiguous), or
     with acc NULL from this rank's own outputs. Where the peer's output lies in its arena
-    (mapped here) this rank stores them itself (past the cache with `stream`); elsewhere the
-    kernel writes them."""
+    (mapped here) this rank stores them itself (past the cache with `stream`, prefetching
+    `ahead` meanwhile); elsewhere the kernel writes them."""
     cdef size_t i = _find(t.w, t.np, a), j = 0, n = 0, stop, length, x = a
     cdef uint64_t dst
     cdef const char* src
@@ -208,7 +208,7 @@ cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap*
         dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
         if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
             if stream:
-                hv_stream_copy(to.map + (dst - to.base), src, length)
+                hv_stream_copy_ahead(to.map + (dst - to.base), src, length, ahead)
             else:
                 memcpy(to.map + (dst - to.base), src, length)
         else:
@@ -293,6 +293,21 @@ cdef void _divide_own(const int64_t* w, size_t np, size_t a, size_t b, size_t es
         i += 1
 
 
+cdef void _next_inputs(const int64_t* w, size_t np, size_t a, size_t b, size_t es,
+                       hv_prefetch* ahead) noexcept nogil:
+    """ahead: this rank's inputs for batch elements [a, b), as far as the piece holding a goes
+    (all of them for one buffer; for a batch of small pieces the first only)."""
+    cdef size_t i, stop
+    ahead.left = 0
+    if a >= b:
+        return
+    i = _find(w, np, a)
+    stop = min(<size_t>(w[i * PER] + w[i * PER + 1]), b)
+    if stop > a and w[i * PER + 2]:
+        ahead.at = <const char*>(<uint64_t>w[i * PER + 2]) + (a - <size_t>w[i * PER]) * es
+        ahead.left = (stop - a) * es
+
+
 cdef OutMap _NO_MAP
 
 
@@ -315,6 +330,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* tmp
     cdef uint64_t ok
     cdef bint stream = count * es >= SHM_STREAM_MIN, first
+    cdef hv_prefetch ahead
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -373,7 +389,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
                     err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
-                                es, loc, rem, stream)
+                                es, loc, rem, stream, NULL)
         else:
             # in rank order, this rank's inputs folded in where they come, not copied first
             # (a fifth of an out-of-place 64 MiB call on 2 ranks went to that copy)
@@ -393,11 +409,14 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             if err == 0:
                 if divisor > 1:
                     divide_by(acc, n, dtype, divisor)
-                shm_scatter(p, np, at, at + n, acc, dtype, stream)
+                # while the stores wait on memory, this rank's inputs for the next chunk come
+                # toward the cache (the addition would wait for them too)
+                _next_inputs(tables[a.me].w, np, at + n, min(hi, at + 2 * n), es, &ahead)
+                shm_scatter(p, np, at, at + n, acc, dtype, stream, &ahead if stream else NULL)
             for r in range(a.L):
                 if r != a.me and err == 0:
                     err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem,
-                                stream)
+                                stream, &ahead if stream else NULL)
         at += n
     # The last barrier: every peer's writes into this rank's outputs are done, and no rank
     # returns (letting its buffers go) while a peer still reaches into them. It carries whether

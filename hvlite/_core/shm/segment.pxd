@@ -1,6 +1,7 @@
 from libc.stdint cimport uint64_t
 from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.algorithms.algorithm cimport Scratch, allreduce_fn
+from hvlite._core.kernels.stream cimport hv_prefetch
 
 # Batches from this many bytes write new outputs past the cache (non-temporal stores); below it
 # the outputs a pool hands back are still cached and ordinary stores are faster (1 MiB out of
@@ -96,11 +97,11 @@ cdef void shm_reduce_slots(ShmArea* a, int parity, size_t offset, size_t count, 
                            const char* own, char* dst, long divisor) noexcept nogil
 # A batch's elements [a, b) between its pieces and a contiguous buffer: inputs gathered into dst
 # (the op's identity where a piece has none), or src scattered into the outputs (with `stream`,
-# non-temporal stores into outputs that are not their inputs).
+# non-temporal stores into outputs that are not their inputs, prefetching `ahead`, or NULL).
 cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst, int dtype,
                      int op) noexcept nogil
 cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                      int dtype, bint stream) noexcept nogil
+                      int dtype, bint stream, hv_prefetch* ahead) noexcept nogil
 # Where rank j's 1/L slice of a count-element buffer starts (64-byte aligned; j = L: count).
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil
 # Where each node rank's liveness beat lives (one word per rank, `stride` bytes apart), or NULL.

@@ -36,8 +36,7 @@ from hvlite._core.algorithms.p2p cimport block_start, comm_size
 from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_LOST, HV_ERR_DESYNC
 from hvlite._core.liveness cimport watch_current, watch_begin, watch_poll
 
-cdef extern from "kernels/stream.h" nogil:
-    void hv_stream_copy(char* dst, const char* src, size_t n)
+from hvlite._core.kernels.stream cimport hv_prefetch, hv_stream_copy_ahead
 
 cdef extern from "fcntl.h" nogil:
     int posix_fallocate(int fd, long offset, long length)
@@ -175,8 +174,8 @@ cdef void shm_gather(const ShmPiece* p, size_t np, size_t a, size_t b, char* dst
 
 
 cdef void shm_scatter(const ShmPiece* p, size_t np, size_t a, size_t b, const char* src,
-                      int dtype, bint stream) noexcept nogil:
-    _move(p, np, a, b, <char*>src, dtype, 0, False, stream)
+                      int dtype, bint stream, hv_prefetch* ahead) noexcept nogil:
+    _move(p, np, a, b, <char*>src, dtype, 0, False, stream, ahead)
 
 
 cdef size_t shm_slice_start(size_t count, int L, int j, size_t es) noexcept nogil:
@@ -453,10 +452,11 @@ cdef size_t _find(const ShmPiece* p, size_t np, size_t at) noexcept nogil:
 
 
 cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int dtype, int op,
-               bint gather, bint stream) noexcept nogil:
+               bint gather, bint stream, hv_prefetch* ahead=NULL) noexcept nogil:
     """Between buf and batch elements [a, b): gather copies each piece's input into buf (the
     op's identity where it has none); scatter copies buf into each piece's output (if any),
-    past the cache with `stream` where the output is not the input."""
+    past the cache with `stream` where the output is not the input (prefetching `ahead`
+    meanwhile)."""
     cdef size_t es = dtype_size(dtype), i, take, end, at
     if a >= b:
         return
@@ -470,7 +470,7 @@ cdef void _move(const ShmPiece* p, size_t np, size_t a, size_t b, char* buf, int
                 if p[i].output != NULL and p[i].output == p[i].input:
                     memcpy(p[i].output + at, buf, take * es)
                 elif p[i].output != NULL and stream:    # not read by this batch: no line fills
-                    hv_stream_copy(p[i].output + at, buf, take * es)
+                    hv_stream_copy_ahead(p[i].output + at, buf, take * es, ahead)
                 elif p[i].output != NULL:
                     memcpy(p[i].output + at, buf, take * es)
             elif p[i].input != NULL:
