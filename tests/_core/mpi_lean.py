@@ -242,7 +242,7 @@ def test_synchronous_calls_beside_async_ones_and_threads():
 
 
 def test_pooled_outputs_are_reused_only_when_nobody_holds_them():
-    """Out of place from the pool's 64 KiB up, the face reuses a name's last result only when
+    """Out of place from the pool's 16 KiB up, the face reuses a name's last result only when
     nothing but the pool holds it (no variable, no view) and it has the shape and dtype asked
     for (the pool's rule): a result still held is never overwritten."""
     pool = hvd._current().global_state.outputs
@@ -364,7 +364,7 @@ def test_the_other_collectives_keep_the_trailing_shape(shape):
     not, and every rank's rows: the results' shapes and bits are NumPy's."""
     g = hvd.global_process_set
     failures = []
-    for rows_scale in (1, 2000):        # 2000: a gathered result past the pool's 64 KiB
+    for rows_scale in (1, 2000):        # 2000: a gathered result past the pool's 16 KiB
         full = (shape[0] * rows_scale,) + shape[1:]
         inputs = [np.arange(int(np.prod(full)), dtype=np.float32).reshape(full) + 1000 * r
                   for r in range(N)]

@@ -211,7 +211,7 @@ def test_large_gathered_results_are_reused_only_when_nobody_holds_them():
     on (hvlite/outputs.py): a result the caller still holds is never overwritten, and a call
     whose rows differ from the pooled array's gets a new one of the right size."""
     failures = []
-    rows = (1 << 16) // 4 // N * N + N          # past the pool's 64 KiB, divisible by N
+    rows = (1 << 16) // 4 // N * N + N          # past the pool's 16 KiB, divisible by N
     for kind in ("allgather", "alltoall"):
         held = []
         for step in range(6):
@@ -295,7 +295,8 @@ def test_direct_reads_give_every_rank_the_same_bits():
     starts = np.cumsum([0] + lengths)
     pieces = [big[RANK, starts[i]:starts[i + 1]] for i in range(len(lengths))]
     for attempt in range(3):
-        handles = [hvd.allreduce_async(p, op=hvd.Sum, name=f"d.small.{i}")
+        handles = [hvd.allreduce_async(p, op=hvd.Sum, name=f"d.small.{i}",
+                                       algorithm="shm" if ENABLED else None)
                    for i, p in enumerate(pieces)]
         smalls = [h.synchronize() for h in handles]
     failures = []

@@ -308,8 +308,9 @@ def test_the_16_bit_reductions_of_float32_are_not_array_dtypes():
 def test_stream_copy_writes_every_byte_at_every_width(level):
     """The copy past the cache (kernels/stream.h) at each store width this CPU has: every
     destination offset within a line, lengths around the 4 KiB cut-over and the lines' tail,
-    and nothing written outside [dst, dst + n)."""
-    widest = stream_copy_array(bytearray(1), b"x")
+    and nothing written outside [dst, dst + n); with a buffer to prefetch meanwhile, one line
+    of it per line stored, and the buffer left as it was."""
+    widest, _ = stream_copy_array(bytearray(1), b"x")
     if widest < level:
         pytest.skip(f"stores of level {level} are not on this CPU (or not x86-64)")
     rng = np.random.default_rng(level)
@@ -318,9 +319,16 @@ def test_stream_copy_writes_every_byte_at_every_width(level):
             src = rng.integers(0, 256, n, np.uint8)
             buf = np.full(n + 192, 0xA5, np.uint8)
             dst = buf[64 + off:64 + off + n]
-            assert stream_copy_array(dst, src, level) == level
+            ahead = rng.integers(0, 256, 8192 + off, np.uint8)
+            kept = ahead.copy()
+            ran, left = stream_copy_array(dst, src, level, ahead if off % 2 else None)
+            assert ran == level
             assert np.array_equal(dst, src), (n, off)
             assert (buf[:64 + off] == 0xA5).all() and (buf[64 + off + n:] == 0xA5).all(), (n, off)
+            if off % 2:
+                assert np.array_equal(ahead, kept)
+                lines = 0 if n < 4096 else (n - (-dst.ctypes.data) % 64) // 64   # stored whole
+                assert left == len(ahead) - 64 * min(lines, len(ahead) // 64), (n, off, left)
     with pytest.raises(ValueError, match="differ in size"):
         stream_copy_array(bytearray(3), b"ab")
 

@@ -38,9 +38,7 @@ cdef extern from "kernels/minmax.h" nogil:
     void hv_min_f64(double* a, const double* b, size_t n)
     void hv_max_f64(double* a, const double* b, size_t n)
 
-cdef extern from "kernels/stream.h" nogil:
-    void hv_stream_copy(char* dst, const char* src, size_t n)
-    int hv_stream_force(int level)
+from hvlite._core.kernels.stream cimport hv_prefetch, hv_stream_copy_ahead, hv_stream_force
 
 cdef extern from "kernels/arith.h" nogil:
     size_t hv_add_f32(float* a, const float* b, size_t n)
@@ -300,13 +298,22 @@ def reduce_arrays_to(dst, a, b, int dtype, int op):
         reduce_to(&o[0], &x[0], &y[0], n, dtype, op)
 
 
-def stream_copy_array(dst, src, int level=-1):
-    """Test hook: dst[:] = src through hv_stream_copy with stores of 2: 64, 1: 32, 0: 16 bytes
-    (-1: the widest this CPU has); returns the width it ran at, or -1 where the copy is memcpy."""
+def stream_copy_array(dst, src, int level=-1, ahead=None):
+    """Test hook: dst[:] = src through hv_stream_copy_ahead with stores of 2: 64, 1: 32, 0: 16
+    bytes (-1: the widest this CPU takes), prefetching `ahead` (a buffer) meanwhile; returns the
+    width it ran at (-1 where the copy is memcpy) and how many of ahead's bytes were left."""
     cdef unsigned char[::1] o = memoryview(dst).cast("B")
     cdef const unsigned char[::1] i = memoryview(src).cast("B")
+    cdef const unsigned char[::1] pf
+    cdef hv_prefetch near
+    cdef hv_prefetch* use = NULL
     if o.shape[0] != i.shape[0]:
         raise ValueError("buffers differ in size")
+    if ahead is not None:
+        pf = memoryview(ahead).cast("B")
+        near.at = <const char*>&pf[0] if pf.shape[0] else NULL
+        near.left = pf.shape[0]
+        use = &near
     cdef int widest = hv_stream_force(-1), ran
     if level > widest:
         raise ValueError(f"this CPU has no stores of level {level} (widest {widest})")
@@ -314,10 +321,10 @@ def stream_copy_array(dst, src, int level=-1):
     ran = hv_stream_force(-1)
     try:
         if o.shape[0]:
-            hv_stream_copy(<char*>&o[0], <const char*>&i[0], o.shape[0])
+            hv_stream_copy_ahead(<char*>&o[0], <const char*>&i[0], o.shape[0], use)
     finally:
         hv_stream_force(widest)
-    return ran
+    return ran, (use.left if use != NULL else 0)
 
 
 def divide_array(buf, int dtype, long divisor, src=None):

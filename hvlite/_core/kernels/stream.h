@@ -1,9 +1,9 @@
 /* A copy whose destination bypasses the cache (non-temporal stores), for results written into
  * memory the copy has not read: an ordinary store first reads each line it fills (24 MB of
- * fresh outputs a step read for nothing). The widest stores the CPU has, one line in one or two
- * of them: on the 2-vCPU Xeon 16-byte streaming stores wrote 11 GB/s, 32- and 64-byte ones
- * 20 GB/s. While it stores, it can bring the lines the caller reads next toward the cache, one
- * line per line stored (`ahead`): the stores wait on memory, and so would those reads
+ * fresh outputs a step read for nothing). Whole lines in one or two stores (AVX-512, AVX): on
+ * the 2-vCPU Xeon 16-byte streaming stores wrote 11 GB/s, 32- and 64-byte ones 20 GB/s. While it
+ * stores, it can bring the lines the caller reads next toward the cache, one line per line
+ * stored (`ahead`): the stores wait on memory, and so would those reads
  * (docs/benchmarks.md, "Out of place from 8 MiB: wider stores, reads ahead"). Falls back to
  * memcpy off x86-64 and for small copies and the tails. */
 #ifndef HVLITE_STREAM_H
@@ -26,13 +26,21 @@ static inline void hv_ahead(hv_prefetch* pf) {
     }
 }
 
-/* 2: AVX-512, 1: AVX, 0: SSE2 only (tests force one: hv_stream_force) */
+/* 2: AVX-512, 1: AVX, 0: SSE2 only (tests force one: hv_stream_force); found on first use by
+ * whichever thread comes first (relaxed: every thread finds the same). 64-byte stores ran 2-7%
+ * faster than 32-byte ones out of place at 64 MiB (5 of 6 launches); they are taken only where
+ * the CPU also has VBMI2 (Ice Lake on, Zen 4 on): on the Xeons before, any 512-bit instruction
+ * lowers the core's clock, for the compute beside it too. */
 static int hv_stream_level = -1;
 
 static inline int hv_stream_width(void) {
-    if (hv_stream_level < 0)
-        hv_stream_level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
-    return hv_stream_level;
+    int w = __atomic_load_n(&hv_stream_level, __ATOMIC_RELAXED);
+    if (w < 0) {
+        w = (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vbmi2")) ? 2
+            : __builtin_cpu_supports("avx") ? 1 : 0;
+        __atomic_store_n(&hv_stream_level, w, __ATOMIC_RELAXED);
+    }
+    return w;
 }
 
 __attribute__((target("avx512f")))
@@ -95,7 +103,7 @@ static inline void hv_stream_copy(char* dst, const char* src, size_t n) {
 /* tests: run every width on this CPU (a level it lacks is not forced) */
 static inline int hv_stream_force(int level) {
     int had = hv_stream_width();
-    if (level >= 0 && level <= 2) hv_stream_level = level;
+    if (level >= 0 && level <= 2) __atomic_store_n(&hv_stream_level, level, __ATOMIC_RELAXED);
     return had;
 }
 #else
