@@ -4,7 +4,7 @@ them itself until its own request completes; a round lock makes one of them the 
 rounds at a time, so every rank still runs one sequence of rounds. A round drains the queue,
 agrees on what is ready everywhere (negotiation/), runs it (execute/) and completes handles:
 docs/architecture.md walks one all-reduce through it. An idle coordinator sleeps until work is
-submitted, waking every few ms up to 100 ms to answer liveness pings (liveness.pyx); every wait
+submitted, waking every few ms up to 50 ms to answer liveness pings (liveness.pyx); every wait
 inside a round polls the watch, so a peer that stops answering is named in a LostRankError."""
 # distutils: language = c++
 from cython.operator cimport dereference as deref
@@ -94,12 +94,6 @@ cdef extern from "<sched.h>" nogil:
 
 cdef double WAIT_SLICE = 0.1    # seconds a waiting thread runs rounds between looks at signals
 cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
-# The longest sleep of an idle coordinator between liveness polls. A peer pings only after 0.25 s
-# in a round (liveness.pyx), so an answer within 0.1 s keeps a lost rank's naming (5 s) and an
-# idle peer's pull into a round as they were; each wake costs ~0.2 ms of a core here (the MPI
-# progress engine's code and data cold after the sleep): 0.6-0.8% of a core idle at 50 ms, near
-# the 1% an idle process may use.
-cdef double IDLE_POLL_MAX = 0.1
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
 cdef double CONFLICT_SECONDS = 0.25     # rank 0 waits this long on a name other ranks may have
                                         # hit a variant of before it drops its variants
@@ -907,7 +901,7 @@ cdef class Coordinator(Rounds):
     cdef void _idle(self) noexcept nogil:
         """(qmon held) Sleep until work is queued or pending, a stop is asked for, or a peer
         pings for a round this rank has not joined; the sleep is woken at once by a submit, and
-        otherwise polls the liveness watch at intervals doubling from 1 to IDLE_POLL_MAX (unless a
+        otherwise polls the liveness watch at intervals doubling from 1 to 50 ms (unless a
         synchronous caller holds the round lock: it answers pings itself while it waits)."""
         cdef double pause = 1e-3
         cdef bint wanted
@@ -930,7 +924,7 @@ cdef class Coordinator(Rounds):
             if wanted:          # the round the peer waits in is run at once, with no grace
                 self.kick = True
                 return
-            pause = pause * 2 if pause * 2 < IDLE_POLL_MAX else IDLE_POLL_MAX
+            pause = pause * 2 if pause < 25e-3 else 50e-3
 
     cdef void _intake(self, vector[Request*]& fresh) noexcept nogil:
         cdef int slot
