@@ -96,10 +96,6 @@ static inline void hv_stream_copy_ahead(char* dst, const char* src, size_t n, hv
     _mm_sfence();
 }
 
-static inline void hv_stream_copy(char* dst, const char* src, size_t n) {
-    hv_stream_copy_ahead(dst, src, n, NULL);
-}
-
 /* tests: run every width on this CPU (a level it lacks is not forced) */
 static inline int hv_stream_force(int level) {
     int had = hv_stream_width();
@@ -111,7 +107,6 @@ static inline void hv_stream_copy_ahead(char* dst, const char* src, size_t n, hv
     (void)ahead;
     memcpy(dst, src, n);
 }
-static inline void hv_stream_copy(char* dst, const char* src, size_t n) { memcpy(dst, src, n); }
 static inline int hv_stream_force(int level) { (void)level; return -1; }
 #endif
 #endif

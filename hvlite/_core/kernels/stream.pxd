@@ -4,7 +4,6 @@ cdef extern from "kernels/stream.h" nogil:
     ctypedef struct hv_prefetch:
         const char* at
         size_t left
-    void hv_stream_copy(char* dst, const char* src, size_t n)
     void hv_stream_copy_ahead(char* dst, const char* src, size_t n, hv_prefetch* ahead)
     # tests: the store width (2: 64, 1: 32, 0: 16 bytes; -1 asks); returns the one before
     int hv_stream_force(int level)

@@ -330,7 +330,8 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* tmp
     cdef uint64_t ok
     cdef bint stream = count * es >= SHM_STREAM_MIN, first
-    cdef hv_prefetch ahead
+    cdef hv_prefetch ahead      # with `stream`: this rank's next inputs (else nothing)
+    ahead.at, ahead.left = NULL, 0
     if count == 0:
         return 0
     if np > direct_max_pieces(a) or not direct_worth(a, count * es):
@@ -411,12 +412,13 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                     divide_by(acc, n, dtype, divisor)
                 # while the stores wait on memory, this rank's inputs for the next chunk come
                 # toward the cache (the addition would wait for them too)
-                _next_inputs(tables[a.me].w, np, at + n, min(hi, at + 2 * n), es, &ahead)
-                shm_scatter(p, np, at, at + n, acc, dtype, stream, &ahead if stream else NULL)
+                if stream:
+                    _next_inputs(tables[a.me].w, np, at + n, min(hi, at + 2 * n), es, &ahead)
+                shm_scatter(p, np, at, at + n, acc, dtype, stream, &ahead)
             for r in range(a.L):
                 if r != a.me and err == 0:
                     err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem,
-                                stream, &ahead if stream else NULL)
+                                stream, &ahead)
         at += n
     # The last barrier: every peer's writes into this rank's outputs are done, and no rank
     # returns (letting its buffers go) while a peer still reaches into them. It carries whether
