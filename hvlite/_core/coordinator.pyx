@@ -67,7 +67,8 @@ from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, 
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport (shm_and_words, shm_beats, shm_sleepers, shm_preload_room,
                                        shm_preload, shm_arm_preload, shm_disarm)
-from hvlite._core.shm.copy cimport SHM_COPY_MAX, shm_allgather_carry, shm_alltoall_carry
+from hvlite._core.shm.copy cimport (SHM_COPY_MAX, DIRECT_COPY_MIN, DIRECT_BCAST_MIN,
+                                    shm_allgather_carry, shm_alltoall_carry)
 from hvlite._core.shm.reducescatter cimport shm_reducescatter_carry
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
@@ -591,14 +592,17 @@ cdef class Coordinator(Rounds):
         outlasted the spin and the yields and reached the sleep stage; `woken`, the futex waits
         that a wake-up ended (the others timed out to poll the liveness watch, or found the
         word moved already); `woke`, the barriers where this rank, arriving last, found peers
-        asleep on it and woke them. Read between rounds."""
-        cdef long long slept, woken, woke, carried
+        asleep on it and woke them; `carried`, the copy-ins that rode with the vote; `read_direct`,
+        the broadcasts, allgathers and alltoalls that read a peer's own buffer (shm/copy.pyx).
+        Read between rounds."""
+        cdef long long slept, woken, woke, carried, read_direct
         with nogil:
             hv_lock(&self.rmon)
             slept, woken, woke = self.ctx.shm.slept, self.ctx.shm.woken, self.ctx.shm.woke
-            carried = self.ctx.shm.carried
+            carried, read_direct = self.ctx.shm.carried, self.ctx.shm.read_direct
             self._release_round()
-        return {"slept": slept, "woken": woken, "woke": woke, "carried": carried}
+        return {"slept": slept, "woken": woken, "woke": woke, "carried": carried,
+                "read_direct": read_direct}
 
     def _sleepers(self):
         """Tests only: how many of the node's threads are asleep on this rank's barrier epoch now
@@ -1093,6 +1097,11 @@ cdef class Coordinator(Rounds):
         nbytes = item_count(m[0]) * dtype_size(m.dtype)
         if nbytes == 0 or nbytes > shm_preload_room(&self.ctx.shm, self.ride.nwords):
             return 0
+        if self.ctx.shm.direct and (
+                m.collective == C_BROADCAST and nbytes >= DIRECT_BCAST_MIN
+                or m.collective == C_ALLGATHER and nbytes >= DIRECT_COPY_MIN
+                or m.collective == C_ALLTOALL and nbytes >= <size_t>self.ctx.shm.L * DIRECT_COPY_MIN):
+            return 0        # read from the sender's own buffer: one copy, not two (shm/copy.pyx)
         if m.collective == C_ALLREDUCE:
             if (not self.ctx.shm_ok or m.op == OP_ADASUM or nbytes > self.ctx.shm.redundant_max
                     or not (m.algorithm == ALG_SHM or m.algorithm == ALG_HIERARCHICAL

@@ -206,6 +206,75 @@ def test_alltoall_through_the_segment(nbytes):
     assert_everywhere(failures)
 
 
+DIRECT = INFO["direct"] and N > 1
+DIRECT_MIN = 16 << 10       # DIRECT_COPY_MIN (shm/copy.pxd)
+BCAST_MIN = 64 << 10        # DIRECT_BCAST_MIN
+
+
+def _read_direct():
+    return hvd._current().global_state.coordinator.shm_waits()["read_direct"]
+
+
+def test_peers_read_large_parts_straight_from_the_sender():
+    """Where the node's ranks may read each other (shm_info()["direct"]), a broadcast, allgather
+    or alltoall part from DIRECT_COPY_MIN bytes stays in its sender's buffer and the peers read
+    it there; smaller ones still go through the slots, in the same call. Every mix against
+    NumPy: allgathers where some ranks send a large block and others a few rows (or none);
+    alltoalls where one rank sends a part larger than a slot's share (round 1 of it from its
+    slot, the rest read; with 4 ranks on 64 KiB slots) while the others' parts are small, and
+    the reverse; broadcasts on both sides of the threshold. Counts the calls that read
+    directly: all the large ones where the kernel allows it, none where it does not."""
+    failures = []
+    before = _read_direct()
+    large = 0
+    for k, rows in enumerate(([DIRECT_MIN // 4 + 3 if r % 2 == 0 else 5 for r in range(N)],
+                              [0 if r % 2 == 0 else 3 * DIRECT_MIN // 4 + 1 for r in range(N)],
+                              [DIRECT_MIN // 4 - 1] * N,
+                              [(r + 1) * SEG // 4 + r for r in range(N)])):
+        mine = (np.arange(rows[RANK], dtype=np.int32) * 5 + RANK * 1000003)
+        got = hvd.allgather(mine, name=f"dr.g.{k}")
+        want = np.concatenate([np.arange(rows[r], dtype=np.int32) * 5 + r * 1000003
+                               for r in range(N)])
+        if not np.array_equal(got, want):
+            failures.append(f"allgather of rows {rows}: differs from NumPy")
+        large += max(rows) * 4 >= DIRECT_MIN
+    # int32 elements: past a slot's share; and (with 4 ranks on 64 KiB slots) past it while
+    # the sender's whole is under N x DIRECT_MIN, so it goes in its slot and the rest is read
+    big = max(DIRECT_MIN * N, (SEG * 5) // 4) // 4 + 7
+    mid = 5000
+    for k, (sender, heavy_part) in enumerate(((0, big), (N - 1, big), (0, mid))):
+        for reverse in (False, True):
+            # splits[r][j]: what rank r sends rank j. The sender sends a heavy part to one
+            # rank, a few rows to the others; the reverse: the sender little, the others a lot.
+            def part(r, j):
+                heavy = (r == sender) != reverse
+                return heavy_part if heavy and j == (r + 1) % N else (j + 2 * r) % 3
+            splits = [part(RANK, j) for j in range(N)]
+            x = np.concatenate([np.arange(part(RANK, j), dtype=np.int32) * 7 + RANK * 100 + j
+                                for j in range(N)])
+            got, recv = hvd.alltoall(x, splits=splits, name=f"dr.a.{k}.{reverse}")
+            want = np.concatenate([np.arange(part(r, RANK), dtype=np.int32) * 7 + r * 100 + RANK
+                                   for r in range(N)])
+            if list(recv) != [part(r, RANK) for r in range(N)] or not np.array_equal(got, want):
+                failures.append(f"alltoall, sender {sender}, part {heavy_part}, reverse "
+                                f"{reverse}: differs")
+            large += heavy_part * 4 >= N * DIRECT_MIN or heavy_part * 4 > SEG // N
+    for nbytes in (BCAST_MIN - 1, BCAST_MIN, 3 * SEG + 5):
+        for root in range(N):
+            want = (np.arange(nbytes, dtype=np.uint8) * (root + 5))
+            x = want.copy() if RANK == root else np.zeros(nbytes, np.uint8)
+            got = hvd.broadcast_(x, root_rank=root, name=f"dr.b.{nbytes}")
+            if not np.array_equal(got, want):
+                failures.append(f"broadcast of {nbytes} B from {root}: differs")
+            large += nbytes >= BCAST_MIN
+    counted = _read_direct() - before
+    if DIRECT and counted < large:
+        failures.append(f"rank {RANK}: {counted} calls read a peer directly, of {large} large")
+    if not DIRECT and counted:
+        failures.append(f"rank {RANK}: {counted} calls read a peer without the kernel's leave")
+    assert_everywhere(failures)
+
+
 def test_large_gathered_results_are_reused_only_when_nobody_holds_them():
     """allgather and alltoall write a name's result into its pooled array from the third call
     on (hvlite/outputs.py): a result the caller still holds is never overwritten, and a call

@@ -22,3 +22,6 @@ cdef int direct_probe(ShmArea* a) noexcept nogil
 # last release closes it again.
 cdef void ptracer_hold(bint allowed) noexcept nogil
 cdef void ptracer_release() noexcept nogil
+# nbytes of process pid's memory at `src` (an address there) into dst, through the kernel:
+# 0, or HV_ERR_SHM where the kernel refuses (a bad address reads nothing past dst's nbytes).
+cdef int cma_read(long long pid, char* dst, uint64_t src, size_t nbytes) noexcept nogil

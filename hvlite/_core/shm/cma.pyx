@@ -157,6 +157,17 @@ cdef int _move(long long pid, iovec* loc, size_t nl, iovec* rem, size_t nr,
     return 0
 
 
+cdef int cma_read(long long pid, char* dst, uint64_t src, size_t nbytes) noexcept nogil:
+    cdef iovec loc, rem
+    if nbytes == 0:
+        return 0
+    loc.iov_base = dst
+    loc.iov_len = nbytes
+    rem.iov_base = <void*>src
+    rem.iov_len = nbytes
+    return _move(pid, &loc, 1, &rem, 1, False)
+
+
 cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, iovec* loc,
                       iovec* rem) noexcept nogil:
     """A peer's inputs for batch elements [a, b) into the contiguous buf."""

@@ -9,6 +9,17 @@ from hvlite._core.shm.segment cimport ShmArea
 # hvlite's MPI path (MPI_Iallgatherv, MPI_Ialltoallv) 16-64 MiB took 1.3-1.5x longer.
 cdef enum:
     SHM_COPY_MAX = 16 << 20
+    # From this many bytes that a peer reads from one rank (a broadcast's or an allgather's
+    # whole buffer, an alltoall's part on average) the bytes stay in the rank's buffer and its
+    # peers read them there, where ShmArea.direct (copy.pyx). Below, two copies through the
+    # slots with no barrier of their own cost less (2 ranks, Intel MPI's library: an allgather
+    # of 8 KiB a rank 4.2-5.1 us read directly against 4.2 through the slots; of 16 KiB 4.6
+    # against 6.6; docs/benchmarks.md)
+    DIRECT_COPY_MIN = 16 << 10
+    # A broadcast reads its root from 64 KiB: below, its root's bytes ride with the round's
+    # vote, one barrier in all, against the two barriers and a kernel call of reading it
+    # (Intel MPI's library, 2 ranks: 16 KiB 2.2-2.5 us through the slots, 2.7-2.9 read)
+    DIRECT_BCAST_MIN = 64 << 10
 
 # Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost. allgather
 # and alltoall write their result into `into` when it is exactly into_bytes long (memory.pxd).
