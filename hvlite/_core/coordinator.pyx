@@ -67,8 +67,8 @@ from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, 
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport (shm_and_words, shm_beats, shm_sleepers, shm_preload_room,
                                        shm_preload, shm_arm_preload, shm_disarm)
-from hvlite._core.shm.copy cimport (SHM_COPY_MAX, DIRECT_COPY_MIN, DIRECT_BCAST_MIN,
-                                    shm_allgather_carry, shm_alltoall_carry)
+from hvlite._core.shm.copy cimport (SHM_COPY_MAX, DIRECT_COPY_MIN, DIRECT_BCAST_MIN, direct_whole,
+                                    direct_parts, shm_allgather_carry, shm_alltoall_carry)
 from hvlite._core.shm.reducescatter cimport shm_reducescatter_carry
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
@@ -1097,10 +1097,10 @@ cdef class Coordinator(Rounds):
         nbytes = item_count(m[0]) * dtype_size(m.dtype)
         if nbytes == 0 or nbytes > shm_preload_room(&self.ctx.shm, self.ride.nwords):
             return 0
-        if self.ctx.shm.direct and (
-                m.collective == C_BROADCAST and nbytes >= DIRECT_BCAST_MIN
-                or m.collective == C_ALLGATHER and nbytes >= DIRECT_COPY_MIN
-                or m.collective == C_ALLTOALL and nbytes >= <size_t>self.ctx.shm.L * DIRECT_COPY_MIN):
+        if (m.collective == C_BROADCAST and direct_whole(&self.ctx.shm, nbytes, DIRECT_BCAST_MIN)
+                or m.collective == C_ALLGATHER
+                and direct_whole(&self.ctx.shm, nbytes, DIRECT_COPY_MIN)
+                or m.collective == C_ALLTOALL and direct_parts(&self.ctx.shm, nbytes)):
             return 0        # read from the sender's own buffer: one copy, not two (shm/copy.pyx)
         if m.collective == C_ALLREDUCE:
             if (not self.ctx.shm_ok or m.op == OP_ADASUM or nbytes > self.ctx.shm.redundant_max

@@ -21,6 +21,20 @@ cdef enum:
     # (Intel MPI's library, 2 ranks: 16 KiB 2.2-2.5 us through the slots, 2.7-2.9 read)
     DIRECT_BCAST_MIN = 64 << 10
 
+# Whether a broadcast's or an allgather block's `nbytes` are read from their sender. Only on
+# two-rank nodes: there it saves half a broadcast's copies and a third of an allgather's; with L
+# ranks an allgather's reads save one copy in L + 1 and cost a barrier and a kernel call per
+# peer (4 ranks on 2 cores: 256 KiB 55 us through the slots, 89 read).
+cdef inline bint direct_whole(ShmArea* a, size_t nbytes, size_t least) noexcept nogil:
+    return a.direct and a.L == 2 and nbytes >= least
+
+# Whether an alltoall sending `nbytes` in all leaves its parts to be read: on any node, from
+# (L - 1) x DIRECT_COPY_MIN a part on average. It saves half the copies (4 ranks on 2 cores:
+# 4 MiB 1,675-1,811 us through the slots, 1,126-1,217 read), but with more ranks each read
+# costs more (there parts of 16 KiB took 24-33 us through the slots, 36-46 read).
+cdef inline bint direct_parts(ShmArea* a, size_t nbytes) noexcept nogil:
+    return a.direct and nbytes >= <size_t>a.L * <size_t>(a.L - 1) * DIRECT_COPY_MIN
+
 # Collective over the node's ranks (the whole set); HV_ERR_LOST once a peer is lost. allgather
 # and alltoall write their result into `into` when it is exactly into_bytes long (memory.pxd).
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil

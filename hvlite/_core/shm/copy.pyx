@@ -34,7 +34,7 @@ cdef enum:
 
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil:
     """buf of rank `root` (its index on the node) into everyone's buf, segment by segment; or
-    from DIRECT_BCAST_MIN bytes, where the ranks may read each other, straight from the root's
+    from DIRECT_BCAST_MIN bytes, where the ranks may read each other (copy.pxd), straight from the root's
     buf (its pid and address in its slot, a barrier, each peer reads, a last barrier)."""
     cdef size_t off = 0, n
     cdef int p, err
@@ -43,7 +43,7 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
         if a.me != root:
             memcpy(buf, shm_carried(a, root), nbytes)
         return 0
-    if a.direct and nbytes >= DIRECT_BCAST_MIN:     # nbytes is the same on every rank
+    if direct_whole(a, nbytes, DIRECT_BCAST_MIN):   # nbytes is the same on every rank
         p = (a.epoch + 1) & 1
         h = <int64_t*>shm_slot(a, root, p)
         if a.me == root:
@@ -101,7 +101,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         h[1] = <int64_t>getpid()
         h[2] = <int64_t>(<uint64_t>input)
         h[3] = 0
-        if mine <= room and not (a.direct and mine >= DIRECT_COPY_MIN):
+        if mine <= room and not direct_whole(a, mine, DIRECT_COPY_MIN):
             memcpy(shm_slot(a, a.me, p) + HEAD, input, mine)
             h[3] = IN_SLOT
         err = shm_barrier(a)
@@ -111,8 +111,9 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         h = <int64_t*>(shm_slot(a, r, p) + base)
         all_rows[r] = h[0]
         # some rank's rows are still in its buffer: every rank sees it (the same slots) and
-        # reads those directly, then passes the last barrier (without `direct` none is left)
-        if not carried and a.direct and not (h[3] & IN_SLOT) and h[0] != 0:
+        # reads those directly, then passes the last barrier (on two-rank nodes: copy.pxd;
+        # elsewhere rows past a slot go through it segment by segment, as without `direct`)
+        if not carried and a.direct and a.L == 2 and not (h[3] & IN_SLOT) and h[0] != 0:
             direct = True
     total_rows[0] = 0
     at.resize(a.L)
@@ -280,7 +281,7 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     cannot send from its `rows` rows (splits_fit) go out as -1s: every rank refuses them
     together, and nothing is read. HV_ERR_SHM, before any exchange and on every rank, where a
     slot cannot hold the header and a part per rank (the caller takes MPI's path). Where the
-    ranks may read each other, a rank sending DIRECT_COPY_MIN bytes a part on average puts
+    ranks may read each other, a rank whose parts are large enough (direct_parts, copy.pxd) puts
     nothing in its slot but its pid and input address; where any rank did, or a part is larger
     than one round's share, every rank reads the parts from their senders (_alltoall_direct)
     instead of taking rounds."""
@@ -311,8 +312,7 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
         slot = shm_slot(a, a.me, p)
         for j in range(L):
             (<int64_t*>slot)[j] = splits[j] if ok else -1
-        # off: every byte this rank sends; from DIRECT_COPY_MIN a part its peers read them here
-        put = not (a.direct and off >= <size_t>L * DIRECT_COPY_MIN)
+        put = not direct_parts(a, off)      # off: every byte this rank sends (copy.pxd)
         (<int64_t*>slot)[L] = <int64_t>getpid()
         (<int64_t*>slot)[L + 1] = <int64_t>(<uint64_t>input)
         (<int64_t*>slot)[L + 2] = IN_SLOT if put else 0
