@@ -12,9 +12,9 @@ cdef enum:
     # From this many bytes that a peer reads from one rank (a broadcast's or an allgather's
     # whole buffer, an alltoall's part on average) the bytes stay in the rank's buffer and its
     # peers read them there, where ShmArea.direct (copy.pyx). Below, two copies through the
-    # slots with no barrier of their own cost less (2 ranks, Intel MPI's library: an allgather
-    # of 8 KiB a rank 4.2-5.1 us read directly against 4.2 through the slots; of 16 KiB 4.6
-    # against 6.6; docs/benchmarks.md)
+    # slots with no barrier of their own cost as much (2 ranks, Intel MPI's library, x
+    # MPI_Allgather's time: 8 KiB a rank 1.64-1.68 read, 1.52-1.81 through the slots; 16 KiB
+    # 1.14-1.51 read, 1.82 through the slots; docs/benchmarks.md)
     DIRECT_COPY_MIN = 16 << 10
     # A broadcast reads its root from 64 KiB: below, its root's bytes ride with the round's
     # vote, one barrier in all, against the two barriers and a kernel call of reading it
