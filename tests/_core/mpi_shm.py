@@ -222,56 +222,59 @@ def test_peers_read_large_parts_straight_from_the_sender():
     NumPy: allgathers where some ranks send a large block and others a few rows (or none);
     alltoalls where one rank sends a part larger than a slot's share (round 1 of it from its
     slot, the rest read; with 4 ranks on 64 KiB slots) while the others' parts are small, and
-    the reverse; broadcasts on both sides of the threshold. Counts the calls that read
-    directly: all the large ones where the kernel allows it (broadcasts and allgathers on
-    two-rank nodes only), none where it does not."""
+    the reverse; broadcasts on both sides of the threshold; each twice, the second time
+    through the response cache (where small calls ride with the vote and large ones must not).
+    Counts the calls that read directly: exactly the large ones where the kernel allows it
+    (broadcasts and allgathers on two-rank nodes only), none where it does not."""
     failures = []
     before = _read_direct()
     large = 0
-    for k, rows in enumerate(([DIRECT_MIN // 4 + 3 if r % 2 == 0 else 5 for r in range(N)],
-                              [0 if r % 2 == 0 else 3 * DIRECT_MIN // 4 + 1 for r in range(N)],
-                              [DIRECT_MIN // 4 - 1] * N,
-                              [(r + 1) * SEG // 4 + r for r in range(N)])):
-        mine = (np.arange(rows[RANK], dtype=np.int32) * 5 + RANK * 1000003)
-        got = hvd.allgather(mine, name=f"dr.g.{k}")
-        want = np.concatenate([np.arange(rows[r], dtype=np.int32) * 5 + r * 1000003
-                               for r in range(N)])
-        if not np.array_equal(got, want):
-            failures.append(f"allgather of rows {rows}: differs from NumPy")
-        large += max(rows) * 4 >= DIRECT_MIN and hvd.local_size() == 2   # (copy.pxd)
-    # int32 elements: past a slot's share; and (with 4 ranks on 64 KiB slots) past it while
-    # the sender's whole is too small to be read, so it goes in its slot and the rest is read
-    big = max(DIRECT_MIN * N * N, (SEG * 5) // 4) // 4 + 7
-    mid = 5000
-    for k, (sender, heavy_part) in enumerate(((0, big), (N - 1, big), (0, mid))):
-        for reverse in (False, True):
-            # splits[r][j]: what rank r sends rank j. The sender sends a heavy part to one
-            # rank, a few rows to the others; the reverse: the sender little, the others a lot.
-            def part(r, j):
-                heavy = (r == sender) != reverse
-                return heavy_part if heavy and j == (r + 1) % N else (j + 2 * r) % 3
-            splits = [part(RANK, j) for j in range(N)]
-            x = np.concatenate([np.arange(part(RANK, j), dtype=np.int32) * 7 + RANK * 100 + j
-                                for j in range(N)])
-            got, recv = hvd.alltoall(x, splits=splits, name=f"dr.a.{k}.{reverse}")
-            want = np.concatenate([np.arange(part(r, RANK), dtype=np.int32) * 7 + r * 100 + RANK
+    for _ in range(2):              # the second time through the response cache
+        for k, rows in enumerate(([DIRECT_MIN // 4 + 3 if r % 2 == 0 else 5 for r in range(N)],
+                                  [0 if r % 2 == 0 else 3 * DIRECT_MIN // 4 + 1 for r in range(N)],
+                                  [DIRECT_MIN // 4 - 1] * N,
+                                  [(r + 1) * SEG // 4 + r for r in range(N)])):
+            mine = (np.arange(rows[RANK], dtype=np.int32) * 5 + RANK * 1000003)
+            got = hvd.allgather(mine, name=f"dr.g.{k}")
+            want = np.concatenate([np.arange(rows[r], dtype=np.int32) * 5 + r * 1000003
                                    for r in range(N)])
-            if list(recv) != [part(r, RANK) for r in range(N)] or not np.array_equal(got, want):
-                failures.append(f"alltoall, sender {sender}, part {heavy_part}, reverse "
-                                f"{reverse}: differs")
-            # (direct_parts, copy.pxd: (N - 1) x DIRECT_MIN a part; or a part past a slot's)
-            large += heavy_part * 4 >= N * (N - 1) * DIRECT_MIN or heavy_part * 4 > SEG // N
-    for nbytes in (BCAST_MIN - 1, BCAST_MIN, 3 * SEG + 5):
-        for root in range(N):
-            want = (np.arange(nbytes, dtype=np.uint8) * (root + 5))
-            x = want.copy() if RANK == root else np.zeros(nbytes, np.uint8)
-            got = hvd.broadcast_(x, root_rank=root, name=f"dr.b.{nbytes}")
             if not np.array_equal(got, want):
-                failures.append(f"broadcast of {nbytes} B from {root}: differs")
-            large += nbytes >= BCAST_MIN and hvd.local_size() == 2
+                failures.append(f"allgather of rows {rows}: differs from NumPy")
+            large += max(rows) * 4 >= DIRECT_MIN and hvd.local_size() == 2   # (copy.pxd)
+        # int32 elements: past a slot's share; and (with 4 ranks on 64 KiB slots) past it while
+        # the sender's whole is too small to be read, so it goes in its slot and the rest is read
+        big = max(DIRECT_MIN * N * N, (SEG * 5) // 4) // 4 + 7
+        mid = 5000
+        for k, (sender, heavy_part) in enumerate(((0, big), (N - 1, big), (0, mid))):
+            for reverse in (False, True):
+                # splits[r][j]: what rank r sends rank j. The sender sends a heavy part to one
+                # rank, a few rows to the others; the reverse: the sender little, the others a lot.
+                def part(r, j):
+                    heavy = (r == sender) != reverse
+                    return heavy_part if heavy and j == (r + 1) % N else (j + 2 * r) % 3
+                splits = [part(RANK, j) for j in range(N)]
+                x = np.concatenate([np.arange(part(RANK, j), dtype=np.int32) * 7 + RANK * 100 + j
+                                    for j in range(N)])
+                got, recv = hvd.alltoall(x, splits=splits, name=f"dr.a.{k}.{reverse}")
+                want = np.concatenate([np.arange(part(r, RANK), dtype=np.int32) * 7 + r * 100 + RANK
+                                       for r in range(N)])
+                if list(recv) != [part(r, RANK) for r in range(N)] or not np.array_equal(got, want):
+                    failures.append(f"alltoall, sender {sender}, part {heavy_part}, reverse "
+                                    f"{reverse}: differs")
+                # (direct_parts, copy.pxd: (N - 1) x DIRECT_MIN a part; or a part past a slot's)
+                large += heavy_part * 4 >= N * (N - 1) * DIRECT_MIN or heavy_part * 4 > SEG // N
+        for nbytes in (BCAST_MIN - 1, BCAST_MIN, 3 * SEG + 5):
+            for root in range(N):
+                want = (np.arange(nbytes, dtype=np.uint8) * (root + 5))
+                x = want.copy() if RANK == root else np.zeros(nbytes, np.uint8)
+                got = hvd.broadcast_(x, root_rank=root, name=f"dr.b.{nbytes}")
+                if not np.array_equal(got, want):
+                    failures.append(f"broadcast of {nbytes} B from {root}: differs")
+                large += BCAST_MIN <= nbytes < (16 << 20) and hvd.local_size() == 2
     counted = _read_direct() - before
-    if DIRECT and counted < large:
-        failures.append(f"rank {RANK}: {counted} calls read a peer directly, of {large} large")
+    if DIRECT and counted != large:
+        failures.append(f"rank {RANK}: {counted} calls read a peer directly, not the {large} "
+                        f"large ones")
     if not DIRECT and counted:
         failures.append(f"rank {RANK}: {counted} calls read a peer without the kernel's leave")
     assert_everywhere(failures)

@@ -50,7 +50,8 @@ def test_buffers_over_two_to_the_31_elements(mpirun):
     mpirun(2, "tests/_core/mpi_large.py", timeout=400)
 
 
-@pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (4, {"HVLITE_SHM_SEGMENT_BYTES": "65536"}),
+@pytest.mark.parametrize("n,env", [(1, {}), (2, {}), (3, {}),
+                                   (4, {"HVLITE_SHM_SEGMENT_BYTES": "65536"}),
                                    (3, {"HVLITE_LOCAL_SIZE": "2"}), (2, {"HVLITE_SHM": "0"}),
                                    (3, {"HVLITE_SHM_DIRECT": "0"}),
                                    # auto off: the segment always takes the direct way it can

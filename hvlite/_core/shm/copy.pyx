@@ -6,24 +6,28 @@ barrier and two memcpys where MPI's calls cost a message round trip and a copy t
 (4 KiB at 2 ranks: the segment's round is about a microsecond). Large buffers go through in
 segments, alternating slot parities, so the next segment is copied in while the last is read.
 Used only when the whole set is one node with a segment (the coordinator decides, the same on
-every rank); a broadcast only below SHM_COPY_MAX bytes (copy.pxd) unless it reads directly.
+every rank); a broadcast only below SHM_COPY_MAX bytes (copy.pxd).
 
 Where the node's ranks can read each other's memory (ShmArea.direct, agreed at init: shm/cma.pyx)
-a rank with DIRECT_COPY_MIN bytes or more to send leaves them in its own buffer and publishes
-its address instead; the others read them from there with one kernel copy each
-(process_vm_readv) straight into their results, and a last barrier keeps the buffer alive until
-every reader is done. One copy instead of two: through the slots every byte was copied in, then
-out again (allgather 1.5-2.2x Intel MPI's time from 16 KiB to 4 MiB, docs/benchmarks.md).
+a rank with enough bytes to send (copy.pxd) leaves them in its own buffer and publishes its
+address instead; the others read them from there with one kernel copy each (process_vm_readv)
+straight into their results, and a last barrier keeps the buffer alive until every reader is
+done. That barrier also agrees whether every read went through (_reads_agreed): a read the
+kernel refuses fails the call on every rank alike (an alltoall then takes MPI's path on every
+rank), never on one rank alone. One copy instead of two: through the slots every byte was
+copied in, then out again (allgather 1.5-2.2x Intel MPI's time from 16 KiB to 4 MiB,
+docs/benchmarks.md).
 """
 # distutils: language = c++
 from hvlite._core.memory cimport result_into
+from libc.stdlib cimport free
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
 from posix.unistd cimport getpid
 from hvlite._core.shm.cma cimport cma_read
 from hvlite._core.shm.segment cimport (ShmArea, shm_slot, shm_barrier, shm_preloaded, shm_carried,
-                                       shm_preload, shm_preload_room)
+                                       shm_preload, shm_preload_room, shm_and_words)
 from hvlite._core.codes cimport HV_ERR_COUNT, HV_ERR_SHM, nomem
 from hvlite._core.request cimport splits_fit
 
@@ -32,10 +36,21 @@ cdef enum:
     IN_SLOT = 1     # the flag: this rank's bytes are in its slot (else read them at the address)
 
 
+cdef int _reads_agreed(ShmArea* a, int err) noexcept nogil:
+    """The last barrier of a call that read its peers: 0 where every rank's reads went through,
+    HV_ERR_SHM on every rank where one's did not (`err`: this rank's reads), or the barrier's
+    own error (a lost peer)."""
+    cdef uint64_t ok = 0 if err else ~(<uint64_t>0)
+    cdef int e = shm_and_words(a, &ok, 1, (<uint64_t>1 << 63) | (ok & 1))     # ok: 0 or all ones
+    if e:
+        return e
+    return 0 if ok else HV_ERR_SHM
+
+
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil:
     """buf of rank `root` (its index on the node) into everyone's buf, segment by segment; or
-    from DIRECT_BCAST_MIN bytes, where the ranks may read each other (copy.pxd), straight from the root's
-    buf (its pid and address in its slot, a barrier, each peer reads, a last barrier)."""
+    where direct_whole (copy.pxd), straight from the root's buf (its pid and address in its
+    slot, a barrier, each peer reads, a last barrier)."""
     cdef size_t off = 0, n
     cdef int p, err
     cdef int64_t* h
@@ -54,8 +69,7 @@ cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept 
             return err
         err = cma_read(h[0], buf, <uint64_t>h[1], nbytes) if a.me != root else 0
         a.read_direct += 1
-        p = shm_barrier(a)          # the root's buffer stays until every reader is done
-        return err if err else p
+        return _reads_agreed(a, err)    # the root's buffer stays until every reader is done
     while off < nbytes:
         n = nbytes - off if nbytes - off < a.seg else a.seg
         p = (a.epoch + 1) & 1
@@ -145,9 +159,9 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
                 err = cma_read(h[1], out + at[r], <uint64_t>h[2], b)
                 if err:
                     break
-        r = shm_barrier(a)          # every buffer stays until its readers are done
-        if err or r:
-            return err if err else r
+        err = _reads_agreed(a, err)     # every buffer stays until its readers are done
+        if err:
+            return err
         return 0 if out != NULL else nomem(<size_t>total_rows[0] * row_bytes + 1)
     if most <= room:            # every rank's rows came with its count
         if out == NULL:
@@ -241,7 +255,7 @@ cdef int _alltoall_direct(ShmArea* a, int p, size_t head, size_t q, const char* 
     """Each rank's part for this one into the result: this rank's own from its input, a peer's
     from its slot where it put it there (the first q bytes), the rest read from its input; then
     the last barrier, which keeps every input alive until its readers are done."""
-    cdef int r, j, err = 0, e
+    cdef int r, j, err = 0
     cdef size_t b, k, src
     cdef const int64_t* row
     a.read_direct += 1
@@ -264,9 +278,9 @@ cdef int _alltoall_direct(ShmArea* a, int p, size_t head, size_t q, const char* 
             err = cma_read(row[a.L], out + at[r] + k, <uint64_t>row[a.L + 1] + src + k, b - k)
             if err:
                 break
-    e = shm_barrier(a)
-    if err or e:
-        return err if err else e
+    err = _reads_agreed(a, err)
+    if err:
+        return err
     return 0 if out != NULL else nomem(got + 1)
 
 
@@ -280,7 +294,8 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     64-bit wrap), reaches the same verdict and runs the same number of rounds. Splits this rank
     cannot send from its `rows` rows (splits_fit) go out as -1s: every rank refuses them
     together, and nothing is read. HV_ERR_SHM, before any exchange and on every rank, where a
-    slot cannot hold the header and a part per rank (the caller takes MPI's path). Where the
+    slot cannot hold the header and a part per rank, or after the exchange where a peer's part
+    could not be read (every rank alike; the caller takes MPI's path). Where the
     ranks may read each other, a rank whose parts are large enough (direct_parts, copy.pxd) puts
     nothing in its slot but its pid and input address; where any rank did, or a part is larger
     than one round's share, every rank reads the parts from their senders (_alltoall_direct)
@@ -352,8 +367,13 @@ cdef int shm_alltoall(ShmArea* a, const char* input, int64_t rows, const vector[
     out = result_into(into, into_bytes, <size_t>got)
     result[0] = out
     if direct:
-        return _alltoall_direct(a, p, head, q, input, row_bytes, out, at, recv_from, send_at,
-                                <size_t>got)
+        err = _alltoall_direct(a, p, head, q, input, row_bytes, out, at, recv_from, send_at,
+                               <size_t>got)
+        if err == HV_ERR_SHM:       # on every rank: the caller takes MPI's path, which allocates
+            if out != NULL and out != into:
+                free(out)
+            result[0] = NULL
+        return err
     off = 0
     while True:                 # every round's barrier even without a result: none is left waiting
         if out != NULL:
