@@ -9,9 +9,9 @@ from hvlite._core.shm.segment cimport ShmArea
 # hvlite's MPI path (MPI_Iallgatherv, MPI_Ialltoallv) 16-64 MiB took 1.3-1.5x longer.
 cdef enum:
     SHM_COPY_MAX = 16 << 20
-    # From this many bytes that a peer reads from one rank (a broadcast's or an allgather's
-    # whole buffer, an alltoall's part on average) the bytes stay in the rank's buffer and its
-    # peers read them there, where ShmArea.direct (copy.pyx). Below, two copies through the
+    # From this many bytes that a peer reads from one rank (an allgather's block; an alltoall's
+    # part, scaled below) the bytes stay in the rank's buffer and its peers read them there,
+    # where ShmArea.direct (copy.pyx). Below, two copies through the
     # slots with no barrier of their own cost as much (2 ranks, Intel MPI's library, x
     # MPI_Allgather's time: 8 KiB a rank 1.64-1.68 read, 1.52-1.81 through the slots; 16 KiB
     # 1.14-1.51 read, 1.82 through the slots; docs/benchmarks.md)
