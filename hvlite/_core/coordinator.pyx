@@ -67,8 +67,8 @@ from hvlite._core.negotiation.exchange cimport exchange_gather, exchange_bcast, 
 from hvlite._core.negotiation.rides cimport Rides, rides_init, rides_layout, rides_board, rides_agree, rides_landed
 from hvlite._core.shm.segment cimport (shm_and_words, shm_beats, shm_sleepers, shm_preload_room,
                                        shm_preload, shm_arm_preload, shm_disarm)
-from hvlite._core.shm.copy cimport (SHM_COPY_MAX, DIRECT_COPY_MIN, DIRECT_BCAST_MIN, direct_whole,
-                                    direct_parts, shm_allgather_carry, shm_alltoall_carry)
+from hvlite._core.shm.copy cimport (SHM_COPY_MAX, direct_whole, direct_parts, shm_allgather_carry,
+                                    shm_alltoall_carry)
 from hvlite._core.shm.reducescatter cimport shm_reducescatter_carry
 from hvlite._core.kernels.reduce cimport finish_op, kernel_op
 from hvlite._core.failure import shown as _shown
@@ -593,7 +593,7 @@ cdef class Coordinator(Rounds):
         that a wake-up ended (the others timed out to poll the liveness watch, or found the
         word moved already); `woke`, the barriers where this rank, arriving last, found peers
         asleep on it and woke them; `carried`, the copy-ins that rode with the vote; `read_direct`,
-        the broadcasts, allgathers and alltoalls that read a peer's own buffer (shm/copy.pyx).
+        the allgathers and alltoalls that read a peer's own buffer (shm/copy.pyx).
         Read between rounds."""
         cdef long long slept, woken, woke, carried, read_direct
         with nogil:
@@ -1097,9 +1097,7 @@ cdef class Coordinator(Rounds):
         nbytes = item_count(m[0]) * dtype_size(m.dtype)
         if nbytes == 0 or nbytes > shm_preload_room(&self.ctx.shm, self.ride.nwords):
             return 0
-        if (m.collective == C_BROADCAST and direct_whole(&self.ctx.shm, nbytes, DIRECT_BCAST_MIN)
-                or m.collective == C_ALLGATHER
-                and direct_whole(&self.ctx.shm, nbytes, DIRECT_COPY_MIN)
+        if (m.collective == C_ALLGATHER and direct_whole(&self.ctx.shm, nbytes)
                 or m.collective == C_ALLTOALL and direct_parts(&self.ctx.shm, nbytes)):
             return 0        # read from the sender's own buffer: one copy, not two (shm/copy.pyx)
         if m.collective == C_ALLREDUCE:

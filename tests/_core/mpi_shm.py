@@ -208,7 +208,6 @@ def test_alltoall_through_the_segment(nbytes):
 
 DIRECT = INFO["direct"] and N > 1
 DIRECT_MIN = 16 << 10       # DIRECT_COPY_MIN (shm/copy.pxd)
-BCAST_MIN = 64 << 10        # DIRECT_BCAST_MIN
 
 
 def _read_direct():
@@ -216,16 +215,16 @@ def _read_direct():
 
 
 def test_peers_read_large_parts_straight_from_the_sender():
-    """Where the node's ranks may read each other (shm_info()["direct"]), a broadcast, allgather
-    or alltoall part from DIRECT_COPY_MIN bytes stays in its sender's buffer and the peers read
-    it there; smaller ones still go through the slots, in the same call. Every mix against
+    """Where the node's ranks may read each other (shm_info()["direct"]), an allgather block or
+    an alltoall part large enough stays in its sender's buffer and the peers read it there;
+    smaller ones still go through the slots, in the same call. Every mix against
     NumPy: allgathers where some ranks send a large block and others a few rows (or none);
     alltoalls where one rank sends a part larger than a slot's share (round 1 of it from its
     slot, the rest read; with 4 ranks on 64 KiB slots) while the others' parts are small, and
-    the reverse; broadcasts on both sides of the threshold; each twice, the second time
-    through the response cache (where small calls ride with the vote and large ones must not).
-    Counts the calls that read directly: exactly the large ones where the kernel allows it
-    (broadcasts and allgathers on two-rank nodes only), none where it does not."""
+    the reverse; broadcasts beside them (never read); each twice, the second time through the
+    response cache (where small calls ride with the vote and large ones must not). Counts the
+    calls that read directly: exactly the large ones where the kernel allows it (allgathers on
+    two-rank nodes only), none where it does not."""
     failures = []
     before = _read_direct()
     large = 0
@@ -263,14 +262,13 @@ def test_peers_read_large_parts_straight_from_the_sender():
                                     f"{reverse}: differs")
                 # (direct_parts, copy.pxd: (N - 1) x DIRECT_MIN a part; or a part past a slot's)
                 large += heavy_part * 4 >= N * (N - 1) * DIRECT_MIN or heavy_part * 4 > SEG // N
-        for nbytes in (BCAST_MIN - 1, BCAST_MIN, 3 * SEG + 5):
+        for nbytes in (DIRECT_MIN, 3 * SEG + 5):     # never read (copy.pyx): still exact
             for root in range(N):
                 want = (np.arange(nbytes, dtype=np.uint8) * (root + 5))
                 x = want.copy() if RANK == root else np.zeros(nbytes, np.uint8)
                 got = hvd.broadcast_(x, root_rank=root, name=f"dr.b.{nbytes}")
                 if not np.array_equal(got, want):
                     failures.append(f"broadcast of {nbytes} B from {root}: differs")
-                large += BCAST_MIN <= nbytes < (16 << 20) and hvd.local_size() == 2
     counted = _read_direct() - before
     if DIRECT and counted != large:
         failures.append(f"rank {RANK}: {counted} calls read a peer directly, not the {large} "

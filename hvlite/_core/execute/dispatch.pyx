@@ -106,7 +106,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
         shm_close_area(&c.shm)
         shm_set_why(&c.shm, "another node has no shared segment")
     c.model.shm_direct = c.direct_ok
-    c.shm.direct = c.direct_ok      # the other collectives read peers too (shm/copy.pyx)
+    c.shm.direct = c.direct_ok      # allgather and alltoall read peers too (shm/copy.pyx)
     if c.direct_ok:
         _map_outputs(c, local)
     return 0

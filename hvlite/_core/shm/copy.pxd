@@ -16,17 +16,13 @@ cdef enum:
     # MPI_Allgather's time: 8 KiB a rank 1.64-1.68 read, 1.52-1.81 through the slots; 16 KiB
     # 1.14-1.51 read, 1.82 through the slots; docs/benchmarks.md)
     DIRECT_COPY_MIN = 16 << 10
-    # A broadcast reads its root from 64 KiB: below, its root's bytes ride with the round's
-    # vote, one barrier in all, against the two barriers and a kernel call of reading it
-    # (Intel MPI's library, 2 ranks: 16 KiB 2.2-2.5 us through the slots, 2.7-2.9 read)
-    DIRECT_BCAST_MIN = 64 << 10
 
-# Whether a broadcast's or an allgather block's `nbytes` are read from their sender. Only on
-# two-rank nodes: there it saves half a broadcast's copies and a third of an allgather's; with L
-# ranks an allgather's reads save one copy in L + 1 and cost a barrier and a kernel call per
-# peer (4 ranks on 2 cores: 256 KiB 55 us through the slots, 89 read).
-cdef inline bint direct_whole(ShmArea* a, size_t nbytes, size_t least) noexcept nogil:
-    return a.direct and a.L == 2 and nbytes >= least
+# Whether an allgather block of `nbytes` is read from its sender. Only on two-rank nodes: there
+# it saves a third of the copies; with L ranks the reads save one copy in L + 1 and cost a
+# barrier and a kernel call per peer (4 ranks on 2 cores: 256 KiB 55 us through the slots, 89
+# read). (A broadcast is never read: docs/benchmarks.md.)
+cdef inline bint direct_whole(ShmArea* a, size_t nbytes) noexcept nogil:
+    return a.direct and a.L == 2 and nbytes >= DIRECT_COPY_MIN
 
 # Whether an alltoall sending `nbytes` in all leaves its parts to be read: on any node, from
 # (L - 1) x DIRECT_COPY_MIN a part on average. It saves half the copies (4 ranks on 2 cores:

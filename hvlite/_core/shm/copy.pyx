@@ -9,7 +9,7 @@ Used only when the whole set is one node with a segment (the coordinator decides
 every rank); a broadcast only below SHM_COPY_MAX bytes (copy.pxd).
 
 Where the node's ranks can read each other's memory (ShmArea.direct, agreed at init: shm/cma.pyx)
-a rank with enough bytes to send (copy.pxd) leaves them in its own buffer and publishes its
+an allgather's or alltoall's rank with enough bytes to send (copy.pxd) leaves them in its own buffer and publishes its
 address instead; the others read them from there with one kernel copy each (process_vm_readv)
 straight into their results, and a last barrier keeps the buffer alive until every reader is
 done. That barrier also agrees whether every read went through (_reads_agreed): a read the
@@ -48,28 +48,15 @@ cdef int _reads_agreed(ShmArea* a, int err) noexcept nogil:
 
 
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil:
-    """buf of rank `root` (its index on the node) into everyone's buf, segment by segment; or
-    where direct_whole (copy.pxd), straight from the root's buf (its pid and address in its
-    slot, a barrier, each peer reads, a last barrier)."""
+    """buf of rank `root` (its index on the node) into everyone's buf, segment by segment. (Read
+    straight from the root's buf it was slower where the ranks call together: the root's copy
+    in and the peers' copies out run at once here, docs/benchmarks.md.)"""
     cdef size_t off = 0, n
     cdef int p, err
-    cdef int64_t* h
     if shm_preloaded(a, nbytes):        # the root's bytes rode with the vote
         if a.me != root:
             memcpy(buf, shm_carried(a, root), nbytes)
         return 0
-    if direct_whole(a, nbytes, DIRECT_BCAST_MIN):   # nbytes is the same on every rank
-        p = (a.epoch + 1) & 1
-        h = <int64_t*>shm_slot(a, root, p)
-        if a.me == root:
-            h[0] = <int64_t>getpid()
-            h[1] = <int64_t>(<uint64_t>buf)
-        err = shm_barrier(a)
-        if err:
-            return err
-        err = cma_read(h[0], buf, <uint64_t>h[1], nbytes) if a.me != root else 0
-        a.read_direct += 1
-        return _reads_agreed(a, err)    # the root's buffer stays until every reader is done
     while off < nbytes:
         n = nbytes - off if nbytes - off < a.seg else a.seg
         p = (a.epoch + 1) & 1
@@ -115,7 +102,7 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
         h[1] = <int64_t>getpid()
         h[2] = <int64_t>(<uint64_t>input)
         h[3] = 0
-        if mine <= room and not direct_whole(a, mine, DIRECT_COPY_MIN):
+        if mine <= room and not direct_whole(a, mine):
             memcpy(shm_slot(a, a.me, p) + HEAD, input, mine)
             h[3] = IN_SLOT
         err = shm_barrier(a)

@@ -30,7 +30,7 @@ cdef struct ShmArea:
     size_t pre_off
     long long carried    # copy-ins that rode with the vote: a barrier each saved
     bint direct          # every node rank can read the others' memory (shm/cma.pyx), agreed
-    long long read_direct  # broadcasts, allgathers and alltoalls that read a peer's buffer
+    long long read_direct  # allgathers and alltoalls that read a peer's buffer
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.
