@@ -33,6 +33,7 @@ from hvlite._core.request cimport splits_fit
 
 cdef enum:
     HEAD = 64       # a slot's first line holds the count (and pid, address, flag); rows follow
+    BCAST_PIECE_MIN = 64 << 10
     IN_SLOT = 1     # the flag: this rank's bytes are in its slot (else read them at the address)
 
 
@@ -47,18 +48,29 @@ cdef int _reads_agreed(ShmArea* a, int err) noexcept nogil:
     return 0 if ok else HV_ERR_SHM
 
 
+cdef inline size_t _bcast_piece(ShmArea* a, size_t nbytes) noexcept nogil:
+    """A broadcast's pieces: a quarter of it on whole lines, from BCAST_PIECE_MIN up to a slot.
+    While the peers copy piece k out, the root copies piece k + 1 into the other parity's slot,
+    so the two copies overlap (in one slot-sized piece they took turns). The same on every rank:
+    nbytes and the slot size are."""
+    cdef size_t q = (nbytes // 4 + 63) // 64 * 64
+    if q < BCAST_PIECE_MIN:
+        q = BCAST_PIECE_MIN
+    return q if q < a.seg else a.seg
+
+
 cdef int shm_broadcast(ShmArea* a, char* buf, size_t nbytes, int root) noexcept nogil:
     """buf of rank `root` (its index on the node) into everyone's buf, segment by segment. (Read
     straight from the root's buf it was slower where the ranks call together: the root's copy
     in and the peers' copies out run at once here, docs/benchmarks.md.)"""
-    cdef size_t off = 0, n
+    cdef size_t off = 0, n, piece = _bcast_piece(a, nbytes)
     cdef int p, err
     if shm_preloaded(a, nbytes):        # the root's bytes rode with the vote
         if a.me != root:
             memcpy(buf, shm_carried(a, root), nbytes)
         return 0
     while off < nbytes:
-        n = nbytes - off if nbytes - off < a.seg else a.seg
+        n = nbytes - off if nbytes - off < piece else piece
         p = (a.epoch + 1) & 1
         if a.me == root:
             memcpy(shm_slot(a, root, p), buf + off, n)
