@@ -25,3 +25,7 @@ cdef void ptracer_release() noexcept nogil
 # nbytes of process pid's memory at `src` (an address there) into dst, through the kernel:
 # 0, or HV_ERR_SHM where the kernel refuses (a bad address reads nothing past dst's nbytes).
 cdef int cma_read(long long pid, char* dst, uint64_t src, size_t nbytes) noexcept nogil
+# The last barrier of a call that reached into its peers: `err` is this rank's outcome; returns
+# it, or HV_ERR_SHM on every rank where a peer's failed, or the barrier's own error (a lost peer).
+# No rank goes on alone after a read or write another rank could not make.
+cdef int cma_agree(ShmArea* a, int err) noexcept nogil

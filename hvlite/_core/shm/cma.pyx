@@ -168,6 +168,16 @@ cdef int cma_read(long long pid, char* dst, uint64_t src, size_t nbytes) noexcep
     return _move(pid, &loc, 1, &rem, 1, False)
 
 
+cdef int cma_agree(ShmArea* a, int err) noexcept nogil:
+    cdef uint64_t ok = 0 if err else ~(<uint64_t>0)
+    cdef int e = shm_and_words(a, &ok, 1, (<uint64_t>1 << 63) | (ok & 1))     # ok: 0 or all ones
+    if e:
+        return e        # a peer lost at the barrier explains a read or write that failed too
+    if err == 0 and not ok:
+        return HV_ERR_SHM
+    return err
+
+
 cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, iovec* loc,
                       iovec* rem) noexcept nogil:
     """A peer's inputs for batch elements [a, b) into the contiguous buf."""
@@ -332,14 +342,13 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     same), or an error code. maps: per node rank, its output arena mapped here (or NULL).
     divisor > 1: each chunk's result is divided before it goes out (a fused Average)."""
     cdef size_t es = dtype_size(dtype), k, lo, hi, at, n, step = CHUNK // es
-    cdef int parity = (a.epoch + 1) & 1, r, err = 0, fallback = 0, e
+    cdef int parity = (a.epoch + 1) & 1, r, err = 0, fallback = 0
     cdef int64_t* s = <int64_t*>shm_slot(a, a.me, parity)
     cdef Table* tables
     cdef iovec* loc
     cdef iovec* rem
     cdef char* acc
     cdef char* tmp
-    cdef uint64_t ok
     cdef bint stream = count * es >= SHM_STREAM_MIN, first
     cdef hv_prefetch ahead      # with `stream`: this rank's next inputs (else nothing)
     ahead.at, ahead.left = NULL, 0
@@ -432,15 +441,9 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                                 stream, &ahead)
         at += n
     # The last barrier: every peer's writes into this rank's outputs are done, and no rank
-    # returns (letting its buffers go) while a peer still reaches into them. It carries whether
-    # every rank's reads and writes went through: a failed write left a peer's result wrong,
-    # so every rank fails, not only the one that saw it.
-    ok = 0 if err else ~(<uint64_t>0)
-    e = shm_and_words(a, &ok, 1, (<uint64_t>1 << 63) | (ok & 1))     # ok: 0 or all ones
-    if e:
-        err = e         # a peer lost at the barrier explains a read or write that failed too
-    elif err == 0 and not ok:
-        err = HV_ERR_SHM
+    # returns (letting its buffers go) while a peer still reaches into them. A failed write
+    # left a peer's result wrong, so every rank fails, not only the one that saw it.
+    err = cma_agree(a, err)
     free(tables)
     free(loc)
     free(acc)
