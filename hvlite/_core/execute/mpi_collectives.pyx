@@ -172,16 +172,16 @@ cdef int run_reducescatter(MPI_Comm comm, const char* input, char* output, int64
 
 
 cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
-    """One ready collective other than all-reduce; on a rank that has joined (no request) it
-    still takes its part (zero rows to allgather, a throwaway buffer for broadcast). `node`:
-    the set is one node with a shared segment (the same on every rank): broadcast, allgather,
-    alltoall (shm/copy.pyx) and reducescatter (shm/reducescatter.pyx) go through it."""
+    """One ready collective other than all-reduce. A rank that has joined holds no request:
+    only barrier and join reach it here, since the controller refuses any other collective
+    while a rank has joined (negotiation/controller.pyx, _joined_conflict, Horovod's rule).
+    `node`: the set is one node with a shared segment (the same on every rank): broadcast,
+    allgather, alltoall (shm/copy.pyx) and reducescatter (shm/reducescatter.pyx) go through it."""
     cdef Request* req = it.req
     cdef int c = it.meta.collective, d, err = 0, rank = 0, size = 0
     cdef size_t es, row_bytes
     cdef int64_t rows, s
     cdef vector[int64_t] splits
-    cdef char* tmp
     if c == C_BARRIER:
         return 0        # the round's agreement was the barrier: every rank has arrived
     MPI_Comm_rank(comm, &rank)
@@ -191,40 +191,24 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
     for d in range(1, <int>it.meta.shape.size()):
         row_bytes *= <size_t>it.meta.shape[d]
     # allgather and alltoall: the first dimension is this rank's own, not the response's
-    if c == C_ALLGATHER:
-        if req != NULL:
-            rows = req.meta.shape[0] if req.meta.shape.size() else 1
-            if node != NULL:
-                err = shm_allgather(node, req.input, rows, row_bytes, &req.result,
-                                    &req.result_rows, req.result_splits, it.hit, req.output,
-                                    req.output_bytes)
-            else:
-                err = _allgather(comm, req.input, rows, row_bytes, &req.result,
-                                 &req.result_rows, req.result_splits, it.hit, req.output,
-                                 req.output_bytes)
-            req.result_rows *= <int64_t>row_bytes
+    if c == C_ALLGATHER and req != NULL:
+        rows = req.meta.shape[0] if req.meta.shape.size() else 1
+        if node != NULL:
+            err = shm_allgather(node, req.input, rows, row_bytes, &req.result, &req.result_rows,
+                                req.result_splits, it.hit, req.output, req.output_bytes)
         else:
-            tmp = NULL
-            if node != NULL:
-                err = shm_allgather(node, NULL, 0, row_bytes, &tmp, &rows, splits, False, NULL, 0)
-            else:
-                err = run_allgather(comm, NULL, 0, row_bytes, &tmp, &rows)
-            free(tmp)
-    elif c == C_BROADCAST:
-        if req != NULL:
-            if rank == it.meta.root and req.output != req.input:
-                memcpy(req.output, req.input, item_count(it.meta) * es)
-            tmp = req.output
-        else:
-            tmp = <char*>malloc(item_count(it.meta) * es + 1)
-        if tmp == NULL:
-            err = nomem(item_count(it.meta) * es + 1)
+            err = _allgather(comm, req.input, rows, row_bytes, &req.result, &req.result_rows,
+                             req.result_splits, it.hit, req.output, req.output_bytes)
+        req.result_rows *= <int64_t>row_bytes
+    elif c == C_BROADCAST and req != NULL:
+        if rank == it.meta.root and req.output != req.input:
+            memcpy(req.output, req.input, item_count(it.meta) * es)
+        if req.output == NULL and item_count(it.meta):
+            err = nomem(item_count(it.meta) * es)
         elif node != NULL and item_count(it.meta) * es < SHM_COPY_MAX:
-            err = shm_broadcast(node, tmp, item_count(it.meta) * es, it.meta.root)
+            err = shm_broadcast(node, req.output, item_count(it.meta) * es, it.meta.root)
         else:
-            err = run_broadcast(comm, tmp, item_count(it.meta) * es, it.meta.root)
-        if req == NULL:
-            free(tmp)
+            err = run_broadcast(comm, req.output, item_count(it.meta) * es, it.meta.root)
     elif c == C_ALLTOALL and req != NULL:
         splits = req.splits
         rows = req.meta.shape[0] if req.meta.shape.size() else 1
