@@ -15,7 +15,10 @@ kernel as cheaply. From MIN_BYTES (16 KiB) a fused batch's outputs lie in the ar
 the peers write themselves (docs/benchmarks.md, "Small outputs in the arena"). The pool holds at
 most MAX_BYTES, least recently used first out.
 Allgather and alltoall take theirs by shape (take_shaped): the core writes the result there when
-it has exactly that size (every rank sent as many rows), else allocates it as before.
+it has exactly that size (every rank sent as many rows), else allocates it as before. Only from
+GATHERED_MIN_BYTES: their results are copied by this rank itself, so the arena buys them nothing,
+and below it a new array costs less than the pool's call (a named 16 KiB allgather on 2 ranks:
+2.0-2.3 us with it, 1.4-1.5 without; docs/benchmarks.md).
 The arrays it keeps come from `allocate(nbytes)` when given (the node's shared output arena,
 _core/shm/arena.pyx: the peers write results into them without the kernel), else from NumPy.
 """
@@ -25,6 +28,7 @@ from collections import OrderedDict
 import numpy as np
 
 MIN_BYTES = 16 << 10
+GATHERED_MIN_BYTES = 256 << 10      # allgather and alltoall results (take_shaped)
 MAX_BYTES = 1 << 30
 MAX_NAMES = 4096        # names seen once, remembered to know when one comes back
 
@@ -37,6 +41,7 @@ def _free_like(a, shape, dtype):
 
 class OutputPool:
     __slots__ = ("arrays", "older", "nbytes", "seen", "allocate")
+    gathered_min = GATHERED_MIN_BYTES
 
     def __init__(self, allocate=None):
         self.arrays = OrderedDict()
@@ -59,12 +64,12 @@ class OutputPool:
         return self._take(name, like.shape, like.dtype, like.nbytes)
 
     def take_shaped(self, name, shape, dtype, keep=True):
-        """As take() for an array of `shape` and `dtype`; None below MIN_BYTES or for a name
+        """As take() for an array of `shape` and `dtype`; None below GATHERED_MIN_BYTES or for a name
         not kept (the core's own allocation is as cheap there)."""
         nbytes = dtype.itemsize
         for d in shape:
             nbytes *= d
-        if nbytes < MIN_BYTES or not keep:
+        if nbytes < GATHERED_MIN_BYTES or not keep:
             return None
         return self._take(name, shape, dtype, nbytes)
 

@@ -115,13 +115,15 @@ def test_shaped_takes_are_pooled_like_the_others():
     pool = OutputPool()
     f32 = np.dtype(np.float32)
     assert pool.take_shaped("g", (10, 3), f32) is None                # small
-    assert pool.take_shaped("g", (1 << 15,), f32, keep=False) is None  # not the caller's name
-    first = pool.take_shaped("g", (1 << 14, 2), f32)                   # the first call keeps nothing
-    assert first.shape == (1 << 14, 2) and first.dtype == f32 and not pool.arrays
-    kept = pool.take_shaped("g", (1 << 14, 2), f32)
+    # under GATHERED_MIN_BYTES (128 KiB here): a new array costs less than the pool's call
+    assert pool.take_shaped("g", (1 << 14, 2), f32) is None and not pool.seen
+    assert pool.take_shaped("g", (1 << 17,), f32, keep=False) is None  # not the caller's name
+    first = pool.take_shaped("g", (1 << 16, 2), f32)                   # the first call keeps nothing
+    assert first.shape == (1 << 16, 2) and first.dtype == f32 and not pool.arrays
+    kept = pool.take_shaped("g", (1 << 16, 2), f32)
     ref = weakref.ref(kept)
     del kept
-    assert pool.take_shaped("g", (1 << 14, 2), f32) is ref()
-    held = pool.take_shaped("g", (1 << 14, 2), f32)                    # still held: a new one
-    assert held is not pool.take_shaped("g", (1 << 14, 2), f32)
-    assert pool.take_shaped("g", (1 << 13, 2), f32).shape == (1 << 13, 2)
+    assert pool.take_shaped("g", (1 << 16, 2), f32) is ref()
+    held = pool.take_shaped("g", (1 << 16, 2), f32)                    # still held: a new one
+    assert held is not pool.take_shaped("g", (1 << 16, 2), f32)
+    assert pool.take_shaped("g", (1 << 15, 2), f32).shape == (1 << 15, 2)

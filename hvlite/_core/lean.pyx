@@ -154,6 +154,7 @@ cdef class Lean:
     cdef object keep_last         # its move_to_end: that name was used last
     cdef object older             # the result before each name's last (its OrderedDict)
     cdef Py_ssize_t pooled        # outputs of fewer bytes are not pooled: made here instead
+    cdef Py_ssize_t gathered      # the same for allgather's and alltoall's (the pool's own rule)
     cdef object algorithm_code    # algorithm= value -> its code (raises for a bad one)
     cdef dict algorithms          # algorithm= value -> code, as found (the set's own table)
     cdef str mark                 # in every automatic name
@@ -173,7 +174,7 @@ cdef class Lean:
         self.round16 = round16
         self.take, self.kept, self.keep_last = outputs.take, outputs.arrays, outputs.arrays.move_to_end
         self.older = outputs.older
-        self.take_shaped = outputs.take_shaped
+        self.take_shaped, self.gathered = outputs.take_shaped, outputs.gathered_min
         self.names, self.mark = namer.cycle("allreduce"), namer.mark
         self.bc_names, self.ag_names = namer.cycle("broadcast"), namer.cycle("allgather")
         self.rs_names, self.aa_names = namer.cycle("reducescatter"), namer.cycle("alltoall")
@@ -419,7 +420,7 @@ cdef class Lean:
 
     cdef object _rows_out(self, cnp.ndarray x, object rows, name, bint gathered):
         """An output of `rows` rows like x's: a new one, but for a gathered result from the
-        pool's size the name's pooled array, or None for an automatic name (the core allocates
+        pool's size for those (OutputPool.gathered_min) the name's pooled array, or None for an automatic name (the core allocates
         the result: a ragged gather's would not fit an output sized for even rows). Raises MemoryError, ValueError or OverflowError for one
         that cannot be made (the callers leave the call to the general path: no name taken)."""
         cdef cnp.npy_intp dims[64]
@@ -429,7 +430,7 @@ cdef class Lean:
         for k in range(1, nd):
             dims[k] = cnp.PyArray_DIMS(x)[k]
             nbytes *= dims[k]
-        if gathered and nbytes >= self.pooled:
+        if gathered and nbytes >= self.gathered:
             if not name or self.mark in name:
                 return None
             out = self.take_shaped(name, tuple([dims[k] for k in range(nd)]), (<object>x).dtype)
