@@ -56,7 +56,8 @@ from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.execute.context cimport Context
-from hvlite._core.execute.dispatch cimport context_init, context_free, calibration_table, auto_choice
+from hvlite._core.execute.dispatch cimport (context_init, context_free, calibration_table, auto_choice,
+                                           read_way, read_way_done, read_way_slots)
 from hvlite._core.tuning.calibrate cimport Calibration
 from hvlite._core.negotiation.cache cimport *
 from hvlite._core.negotiation.wire cimport *
@@ -579,13 +580,13 @@ cdef class Coordinator(Rounds):
     def calibration(self, out_of_place=False):
         """What auto measured on this set, per size class (dispatch.calibration_table), for
         calls in place or (out_of_place) not; read between rounds."""
-        return self._measured(False, out_of_place)
+        return self._measured(0, out_of_place)
 
     def shm_ways(self, fused=False):
         """Which way the shared segment took per size class where it measured both (through its
         slots or straight from the peers' buffers), for single buffers or (fused) batches of
         several tensors; the same table as calibration(). Read between rounds."""
-        return self._measured(True, fused)
+        return self._measured(1, fused)
 
     def shm_waits(self):
         """How this rank's waits in the shared segment's barriers went: `slept`, the waits that
@@ -609,12 +610,19 @@ cdef class Coordinator(Rounds):
         (a test holds this rank back until its peers sleep, rather than for a guessed time)."""
         return shm_sleepers(&self.ctx.shm)
 
-    cdef dict _measured(self, bint ways, bint upper):
-        """A snapshot of auto's (or the segment's ways') calibration, as a table."""
+    def shm_reads(self, alltoall=False):
+        """Whether allgathers (or alltoalls) read their large parts from the senders ("direct")
+        or copied them through the slots, per size class where it measured both
+        (dispatch.read_way); the same table as calibration(). Read between rounds."""
+        return self._measured(2, alltoall)
+
+    cdef dict _measured(self, int which, bint upper):
+        """A snapshot of auto's calibration (which 0), the segment's ways' (1) or the
+        allgather and alltoall reads' (2), as a table."""
         cdef Calibration snap
         with nogil:
             hv_lock(&self.rmon)
-            snap = self.ctx.ways if ways else self.ctx.cal
+            snap = self.ctx.cal if which == 0 else (self.ctx.ways if which == 1 else self.ctx.reads)
             self._release_round()
         return calibration_table(&snap, upper)
 
@@ -626,6 +634,16 @@ cdef class Coordinator(Rounds):
         with nogil:
             hv_lock(&self.rmon)
             self.ctx.ways.scale, self.ctx.ways.scale_only = factor, code
+            self._release_round()
+
+    def _scale_read(self, str way, double factor):
+        """Tests only: the allgathers' and alltoalls' timed calls of `way` ("slots" or "direct")
+        record factor x their time from now on, as if that way were slower here."""
+        from hvlite._core.codes import SHM_WAYS
+        cdef int code = SHM_WAYS.code(way)
+        with nogil:
+            hv_lock(&self.rmon)
+            self.ctx.reads.scale, self.ctx.reads.scale_only = factor, code
             self._release_round()
 
     def _scale_trials(self, double factor, str algorithm=None):
@@ -1005,8 +1023,9 @@ cdef class Coordinator(Rounds):
         self.negotiate_seconds += ready - t0
         # after rank 0's gather and broadcast the ranks leave out of step: auto times nothing
         self.ctx.cal.untimed = self.ctx.ways.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS
+        self.ctx.reads.untimed = self.ctx.cal.untimed
         self._run_ready(items, finish < 2, t0, ready)
-        self.ctx.cal.untimed = self.ctx.ways.untimed = False
+        self.ctx.cal.untimed = self.ctx.ways.untimed = self.ctx.reads.untimed = False
         if self._ran_into_failure():
             return 1
         if finish:
@@ -1098,7 +1117,9 @@ cdef class Coordinator(Rounds):
         if nbytes == 0 or nbytes > shm_preload_room(&self.ctx.shm, self.ride.nwords):
             return 0
         if (m.collective == C_ALLGATHER and direct_whole(&self.ctx.shm, nbytes)
-                or m.collective == C_ALLTOALL and direct_parts(&self.ctx.shm, nbytes)):
+                and not read_way_slots(&self.ctx, nbytes, False)
+                or m.collective == C_ALLTOALL and direct_parts(&self.ctx.shm, nbytes)
+                and not read_way_slots(&self.ctx, nbytes, True)):
             return 0        # read from the sender's own buffer: one copy, not two (shm/copy.pyx)
         if m.collective == C_ALLREDUCE:
             if (not self.ctx.shm_ok or m.op == OP_ADASUM or nbytes > self.ctx.shm.redundant_max
@@ -1410,7 +1431,10 @@ cdef class Coordinator(Rounds):
             if c != C_ALLREDUCE:
                 it.start = it.packed = hv_now() if self.ctx.stamps else 0
                 self.doing_at = <int>k
-                err = run_item(self.ctx.comm, it, &self.ctx.shm if self.node_copies else NULL)
+                if self.node_copies and (c == C_ALLGATHER or c == C_ALLTOALL):
+                    err = self._run_read(it, es)
+                else:
+                    err = run_item(self.ctx.comm, it, &self.ctx.shm if self.node_copies else NULL)
                 it.ran = it.unpacked = hv_now() if self.ctx.stamps else 0
             if err == HV_ERR_NOMEM:
                 self._fail_here(it)
@@ -1425,6 +1449,25 @@ cdef class Coordinator(Rounds):
                 self._complete(req, ST_ERROR, E_MPI, string(b"MPI call failed: "), err)
             else:
                 self._complete(req, ST_DONE, E_NONE, string(), 0)
+
+    cdef int _run_read(self, Item* it, size_t es) noexcept nogil:
+        """An allgather or alltoall through the node's segment, its large parts read from their
+        senders or copied through the slots as its size class measured (dispatch.read_way). The
+        agreed meta's size keys the class, so every rank times the same calls; parts that rode
+        with the vote (agreed too) are in the slots already: nothing to choose or time."""
+        cdef int err
+        cdef bint alltoall = it.meta.collective == C_ALLTOALL
+        cdef size_t nbytes = item_count(it.meta) * es
+        cdef bint timed = self.ctx.shm.pre_epoch != self.ctx.shm.epoch
+        if timed:
+            self.ctx.shm.direct = read_way(&self.ctx, nbytes, alltoall,
+                                           direct_parts(&self.ctx.shm, nbytes) if alltoall
+                                           else direct_whole(&self.ctx.shm, nbytes))
+        err = run_item(self.ctx.comm, it, &self.ctx.shm)
+        self.ctx.shm.direct = self.ctx.direct_ok
+        if timed:
+            err = read_way_done(&self.ctx, err)
+        return err
 
     cdef void _complete(self, Request* req, int status, int kind, string msg, int code) noexcept nogil:
         cdef bint orphan

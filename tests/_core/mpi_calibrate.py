@@ -201,6 +201,70 @@ def test_the_segment_keeps_the_faster_of_its_two_ways():
     assert_everywhere(failures)
 
 
+@pytest.mark.skipif(not ON or N < 2, reason="nothing to measure")
+def test_allgather_and_alltoall_keep_the_faster_of_reading_and_copying():
+    """On one node whose ranks read each other's buffers, each size class of allgather (on
+    two-rank nodes, where its blocks may be read) and of alltoall tries reading the large parts
+    from their senders and copying them through the slots on its first calls, and keeps the
+    faster, the same on every rank: a way made 50x slower in its trials is not kept, whichever
+    it is. Once the slots are kept the calls read nothing (shm_waits' read_direct stays); once
+    reads are kept every call reads. Every result is checked against NumPy."""
+    coord, failures = RT.global_state.coordinator, []
+    if not RT.shm_info.get("direct"):
+        assert coord.shm_reads() == {} and coord.shm_reads(True) == {}
+        pytest.skip(f"no direct reads here: {RT.shm_info}")
+
+    def gather(rows):
+        def call():
+            mine = np.arange(rows, dtype=np.float32) + RANK * rows
+            got = hvd.allgather(mine, name=f"reads.g.{rows}")
+            if not np.array_equal(got, np.arange(rows * N, dtype=np.float32)):
+                failures.append(f"allgather of {rows} rows differs")
+        return call
+
+    def alltoall(part):
+        def call():
+            x = np.arange(part * N, dtype=np.float32) + RANK * part * N
+            got = hvd.alltoall(x, name=f"reads.a.{part}")
+            want = np.concatenate([np.arange(part, dtype=np.float32) + r * part * N + RANK * part
+                                   for r in range(N)])
+            if not np.array_equal(got, want):
+                failures.append(f"alltoall of parts of {part} differs")
+        return call
+
+    cases = [("slots", alltoall(N * (16 << 10)), True, "direct"),      # parts of N x 64 KiB
+             ("direct", alltoall(N * (64 << 10)), True, "slots")]
+    if hvd.local_size() == 2:
+        cases += [("direct", gather(40 << 10), False, "slots"),        # blocks of 160 KiB
+                  ("slots", gather(160 << 10), False, "direct")]
+    for slow, call, is_alltoall, kept in cases:
+        coord._scale_read(slow, 50.0)
+        before = coord.shm_reads(is_alltoall)
+        for _ in range(40):
+            new = set(coord.shm_reads(is_alltoall)) - set(before)
+            if MPI.COMM_WORLD.allreduce(len(new), op=MPI.MIN):
+                break
+            call()
+        coord._scale_read(slow, 1.0)
+        new = set(coord.shm_reads(is_alltoall)) - set(before)
+        entry = coord.shm_reads(is_alltoall)[new.pop()] if len(new) == 1 else None
+        if entry is None or entry["pick"] != kept or set(entry["calls"]) != {"slots", "direct"}:
+            failures.append(f"{'alltoall' if is_alltoall else 'allgather'} with {slow} slowed: "
+                            f"{entry}")
+            continue
+        reads = coord.shm_waits()["read_direct"]
+        for _ in range(6):
+            call()
+        reads = coord.shm_waits()["read_direct"] - reads
+        if reads != (6 if kept == "direct" else 0):
+            failures.append(f"{'alltoall' if is_alltoall else 'allgather'}, {kept} kept: "
+                            f"{reads} of 6 calls read")
+    everyone = MPI.COMM_WORLD.allgather((coord.shm_reads(), coord.shm_reads(True)))
+    if any(t != everyone[0] for t in everyone):
+        failures.append(f"tables differ between ranks: {everyone}")
+    assert_everywhere(failures)
+
+
 def settled(nbytes, name, cls):
     """Call until the class has a pick that a window of the job's calls confirmed."""
     for _ in range(200):

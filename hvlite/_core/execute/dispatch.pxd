@@ -34,6 +34,16 @@ cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
                               int dtype, int op, long divisor, bint fused) noexcept nogil
+# On one node whose ranks may read each other: whether an allgather or alltoall of `nbytes`
+# (its agreed size: the response's, the same on every rank) lets its large parts be read from
+# their senders (shm/copy.pyx's direct reads) or copies them through the slots, per size class
+# as measured on the job's calls; then read_way_done after the call, on every rank alike (a
+# collective while its class is timed). read_way_slots: the class has settled on the slots
+# (an express call's parts may then ride with the vote). `could`: some rank may read in such a
+# call (shm/copy.pxd's thresholds on nbytes): else both ways are the slots, and nothing is timed.
+cdef bint read_way(Context* c, size_t nbytes, bint alltoall, bint could) noexcept nogil
+cdef int read_way_done(Context* c, int err) noexcept nogil
+cdef bint read_way_slots(Context* c, size_t nbytes, bint alltoall) noexcept nogil
 # options: (shm enabled, segment bytes, redundant-reduce limit, probe, calibrate: 0 off, 1 on,
 # 2 on and rank 0 prints what it measured)
 cdef int context_init(Context* c, object comm, object local, object cross, bint uniform,

@@ -82,6 +82,10 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     cal_init(&c.ways, calibrate > 0, calibrate > 1, nodes)
     c.ways.names, c.ways.who, c.ways.apart_text = HV_SHM_WAY_NAMES, b"the shared segment", b" in pieces"
     c.ways.warm = True
+    cal_init(&c.reads, calibrate > 0, calibrate > 1, nodes)
+    c.reads.names, c.reads.who, c.reads.apart_text = (HV_SHM_WAY_NAMES, b"allgather's reads",
+                                                      b" (alltoall)")
+    c.reads.warm = True
     if redundant_max < 0:       # measured: with 2 ranks reducing both slots beats slicing
         redundant_max = (256 << 10) if local.Get_size() <= 2 else (16 << 10)
     shm_open_area(&c.shm, local, seg, redundant_max, enabled)
@@ -302,6 +306,42 @@ cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
         pred[0], pred[1] = 1.0, 2.0
         cal_begin(&c.ways, cls, nbytes, cand, pred, 2)
     return cal_next(&c.ways, cls) == WAY_DIRECT
+
+
+cdef bint read_way(Context* c, size_t nbytes, bint alltoall, bint could) noexcept nogil:
+    """(dispatch.pxd) Reads skip a copy but the kernel walks and pins the sender's pages: on one
+    2-core machine they ran allgather 1.4-1.8x faster from 64 KiB, on another 1.5-1.8x slower
+    (docs/benchmarks.md). So each class measures both, direct first and kept on a tie."""
+    cdef int cls
+    cdef int cand[2]
+    cdef double pred[2]
+    if not c.direct_ok:
+        return False
+    if not c.reads.enabled or not could:
+        return True
+    cls = size_class(nbytes, alltoall)
+    if c.reads.pick[cls] >= 0:
+        return cal_kept(&c.reads, cls) == WAY_DIRECT
+    if c.reads.untimed:     # ranks out of step: no trial now
+        return True
+    if c.reads.ncand[cls] == 0:
+        cand[0], cand[1] = WAY_DIRECT, WAY_SLOTS
+        pred[0], pred[1] = 1.0, 2.0
+        cal_begin(&c.reads, cls, nbytes, cand, pred, 2)
+    return cal_next(&c.reads, cls) == WAY_DIRECT
+
+
+cdef int read_way_done(Context* c, int err) noexcept nogil:
+    if err:
+        c.reads.armed = 0
+        return err
+    return cal_done(&c.reads, c.comm, &c.scratch)
+
+
+cdef bint read_way_slots(Context* c, size_t nbytes, bint alltoall) noexcept nogil:
+    cdef int cls = size_class(nbytes, alltoall)
+    return (c.reads.enabled and c.reads.pick[cls] == WAY_SLOTS
+            and c.reads.challenger[cls] < 0)
 
 
 cdef int _way_done(Context* c, int err) noexcept nogil:
