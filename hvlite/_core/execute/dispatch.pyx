@@ -289,46 +289,39 @@ cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
     and the fused 24 MB step (4 KiB pages) 1.3-1.6x, while large buffers in huge pages ran alike;
     on the machine the direct way was written on it won 1.6x at 16 MiB (docs/benchmarks.md).
     So each class measures both, direct first and kept on a tie (less memory traffic)."""
+    if not c.direct_ok or not direct_worth(&c.shm, nbytes):
+        return False
+    return _direct_or_slots(&c.ways, nbytes, fused)
+
+
+cdef bint _direct_or_slots(Calibration* cal, size_t nbytes, bint upper) noexcept nogil:
+    """Whether this call of a class that measures the direct way against the slots goes the
+    direct way: the kept pick, or the next trial (direct first, kept on a tie); direct where
+    nothing is measured."""
     cdef int cls
     cdef int cand[2]
     cdef double pred[2]
-    if not c.direct_ok or not direct_worth(&c.shm, nbytes):
-        return False
-    if not c.ways.enabled:
+    if not cal.enabled:
         return True
-    cls = size_class(nbytes, fused)
-    if c.ways.pick[cls] >= 0:
-        return cal_kept(&c.ways, cls) == WAY_DIRECT
-    if c.ways.untimed:      # ranks out of step: no trial now
+    cls = size_class(nbytes, upper)
+    if cal.pick[cls] >= 0:
+        return cal_kept(cal, cls) == WAY_DIRECT
+    if cal.untimed:         # ranks out of step: no trial now
         return True
-    if c.ways.ncand[cls] == 0:
+    if cal.ncand[cls] == 0:
         cand[0], cand[1] = WAY_DIRECT, WAY_SLOTS
         pred[0], pred[1] = 1.0, 2.0
-        cal_begin(&c.ways, cls, nbytes, cand, pred, 2)
-    return cal_next(&c.ways, cls) == WAY_DIRECT
+        cal_begin(cal, cls, nbytes, cand, pred, 2)
+    return cal_next(cal, cls) == WAY_DIRECT
 
 
 cdef bint read_way(Context* c, size_t nbytes, bint alltoall, bint could) noexcept nogil:
     """(dispatch.pxd) Reads skip a copy but the kernel walks and pins the sender's pages: on one
     2-core machine they ran allgather 1.4-1.8x faster from 64 KiB, on another 1.5-1.8x slower
     (docs/benchmarks.md). So each class measures both, direct first and kept on a tie."""
-    cdef int cls
-    cdef int cand[2]
-    cdef double pred[2]
     if not c.direct_ok:
         return False
-    if not c.reads.enabled or not could:
-        return True
-    cls = size_class(nbytes, alltoall)
-    if c.reads.pick[cls] >= 0:
-        return cal_kept(&c.reads, cls) == WAY_DIRECT
-    if c.reads.untimed:     # ranks out of step: no trial now
-        return True
-    if c.reads.ncand[cls] == 0:
-        cand[0], cand[1] = WAY_DIRECT, WAY_SLOTS
-        pred[0], pred[1] = 1.0, 2.0
-        cal_begin(&c.reads, cls, nbytes, cand, pred, 2)
-    return cal_next(&c.reads, cls) == WAY_DIRECT
+    return not could or _direct_or_slots(&c.reads, nbytes, alltoall)
 
 
 cdef int read_way_done(Context* c, int err) noexcept nogil:
