@@ -1454,7 +1454,8 @@ cdef class Coordinator(Rounds):
         """An allgather or alltoall through the node's segment, its large parts read from their
         senders or copied through the slots as its size class measured (dispatch.read_way). The
         agreed meta's size keys the class, so every rank times the same calls; parts that rode
-        with the vote (agreed too) are in the slots already: nothing to choose or time."""
+        with the vote (agreed too) are in the slots already: nothing to choose or time (so a
+        class that keeps the slots is confirmed only by its calls in rounds of several)."""
         cdef int err
         cdef bint alltoall = it.meta.collective == C_ALLTOALL
         cdef size_t nbytes = item_count(it.meta) * es
