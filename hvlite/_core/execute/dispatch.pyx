@@ -317,7 +317,7 @@ cdef bint _direct_or_slots(Calibration* cal, size_t nbytes, bint upper) noexcept
 
 cdef bint read_way(Context* c, size_t nbytes, bint alltoall, bint could) noexcept nogil:
     """(dispatch.pxd) Reads skip a copy but the kernel walks and pins the sender's pages: on one
-    2-core machine they ran allgather 1.4-1.8x faster from 64 KiB, on another 1.5-1.8x slower
+    2-core machine they ran allgather 1.4-1.8x faster from 64 KiB, on another 1.5-2.5x slower
     (docs/benchmarks.md). So each class measures both, direct first and kept on a tie."""
     if not c.direct_ok:
         return False
