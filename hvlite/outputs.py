@@ -64,8 +64,8 @@ class OutputPool:
         return self._take(name, like.shape, like.dtype, like.nbytes)
 
     def take_shaped(self, name, shape, dtype, keep=True):
-        """As take() for an array of `shape` and `dtype`; None below GATHERED_MIN_BYTES or for a name
-        not kept (the core's own allocation is as cheap there)."""
+        """As take() for an array of `shape` and `dtype`; None below GATHERED_MIN_BYTES or for
+        a name not kept (the core's own allocation is as cheap there)."""
         nbytes = dtype.itemsize
         for d in shape:
             nbytes *= d

@@ -420,8 +420,9 @@ cdef class Lean:
 
     cdef object _rows_out(self, cnp.ndarray x, object rows, name, bint gathered):
         """An output of `rows` rows like x's: a new one, but for a gathered result from the
-        pool's size for those (OutputPool.gathered_min) the name's pooled array, or None for an automatic name (the core allocates
-        the result: a ragged gather's would not fit an output sized for even rows). Raises MemoryError, ValueError or OverflowError for one
+        pool's size for those (OutputPool.gathered_min) the name's pooled array, or None for an
+        automatic name (the core allocates the result: a ragged gather's would not fit an
+        output sized for even rows). Raises MemoryError, ValueError or OverflowError for one
         that cannot be made (the callers leave the call to the general path: no name taken)."""
         cdef cnp.npy_intp dims[64]
         cdef int k, nd = cnp.PyArray_NDIM(x)

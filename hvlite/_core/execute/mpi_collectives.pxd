@@ -2,8 +2,6 @@ from libc.stdint cimport int64_t
 from libcpp.vector cimport vector
 from mpi4py.libmpi cimport MPI_Comm
 
-cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
-                       char** result, int64_t* total_rows) noexcept nogil
 cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexcept nogil
 cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,

@@ -5,7 +5,6 @@ so the coordinator allocates each result once, at its final size. Byte counts ab
 an error here (MPI's int counts).
 """
 # distutils: language = c++
-from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 from libc.limits cimport INT_MAX
@@ -52,16 +51,11 @@ cdef int _counts(vector[int64_t]& rows, size_t row_bytes, vector[int]& counts,
     return 0
 
 
-cdef int run_allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
-                       char** result, int64_t* total_rows) noexcept nogil:
-    cdef vector[int64_t] all_rows
-    return _allgather(comm, input, rows, row_bytes, result, total_rows, all_rows, False, NULL, 0)
-
-
 cdef int _allgather(MPI_Comm comm, const char* input, int64_t rows, size_t row_bytes,
                     char** result, int64_t* total_rows, vector[int64_t]& all_rows,
                     bint same_rows, char* into, size_t into_bytes) noexcept nogil:
-    """run_allgather, keeping every rank's row count (rows of zero bytes leave no other trace).
+    """Every rank's rows, in rank order, into a result allocated here at its final size, keeping
+    every rank's row count (rows of zero bytes leave no other trace).
     `same_rows`: every rank is known to hold as many rows as this one (a response-cache hit
     everywhere), so the counts need no exchange."""
     cdef int n = 0, err
@@ -201,11 +195,11 @@ cdef int run_item(MPI_Comm comm, Item* it, ShmArea* node) noexcept nogil:
                              req.result_splits, it.hit, req.output, req.output_bytes)
         req.result_rows *= <int64_t>row_bytes
     elif c == C_BROADCAST and req != NULL:
+        if req.output == NULL and item_count(it.meta):
+            return nomem(item_count(it.meta) * es)
         if rank == it.meta.root and req.output != req.input:
             memcpy(req.output, req.input, item_count(it.meta) * es)
-        if req.output == NULL and item_count(it.meta):
-            err = nomem(item_count(it.meta) * es)
-        elif node != NULL and item_count(it.meta) * es < SHM_COPY_MAX:
+        if node != NULL and item_count(it.meta) * es < SHM_COPY_MAX:
             err = shm_broadcast(node, req.output, item_count(it.meta) * es, it.meta.root)
         else:
             err = run_broadcast(comm, req.output, item_count(it.meta) * es, it.meta.root)

@@ -78,8 +78,8 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     """Every rank's rows, in rank order, into a result allocated here at its final size
     (mpi_collectives' allgather, through the segment). The counts always go through the
     segment: `same_rows` is only this rank's belief, and skipping the exchange on some ranks
-    only would leave the node's barriers out of step (a hang). Rows that fit a slot beside the count travel with
-    it: one barrier in all (a small allgather took two). Where the ranks may read each other,
+    only would leave the node's barriers out of step (a hang). Rows that fit a slot beside the
+    count travel with it: one barrier in all (a small allgather took two). Where the ranks may read each other,
     rows from DIRECT_COPY_MIN bytes stay in the input (its pid and address beside the count,
     the slot's flag clear): every rank sees it in the slots, reads those rows from the sender,
     copies the others' from their slots, and passes one more barrier."""
