@@ -179,14 +179,21 @@ def draw_op(rng, i, seed, sets, algorithms, used):
 
 def draw_plan(seed, count, sets, algorithms):
     """The same list of batches (lists of ops) on every rank: a seed's whole sequence. Batches
-    hold 1-8 ops, sometimes up to 32 (many handles in flight at once, fused together)."""
+    hold 1-8 ops, sometimes up to 32 (many handles in flight at once, fused together). A pool
+    name whose handle was dropped is not drawn again in the seed."""
     rng = np.random.default_rng([seed, 0xF022])
     batches, i = [], 0
+    dropped = set()     # (set, k) of pool names whose handles were dropped: maybe still in flight
     while i < count:
-        used, batch = set(), []
+        used, batch = set(dropped), []
         size = int(rng.integers(1, 9)) if rng.random() < 0.9 else int(rng.integers(9, 33))
         for _ in range(min(count - i, size)):
-            batch.append(draw_op(rng, i, seed, sets, algorithms, used))
+            op = draw_op(rng, i, seed, sets, algorithms, used)
+            if op["mode"] == "drop" and (op["name"] or "").startswith("pool."):
+                # nothing tells this rank when a dropped request completes, and submitting its
+                # name again before then is refused (Horovod's rule): the name is not drawn again
+                dropped.add((op["set"], int(op["name"][5:])))
+            batch.append(op)
             i += 1
         batches.append(batch)
     return batches

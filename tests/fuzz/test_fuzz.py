@@ -155,3 +155,21 @@ def test_launch_verdicts():
     assert run_fuzz.classify(2, 139, "Segmentation fault")[0] == "crash"
     assert run_fuzz.classify(3, 0, ok)[0] == "crash"        # a rank's line is missing
     assert run_fuzz.classify(2, 0, bad)[0] == "crash"       # mismatches, yet exit 0
+
+def test_a_dropped_pool_name_is_not_drawn_again():
+    """A dropped handle's request may still be in flight at any later op, and its name submitted
+    again meanwhile is refused (Horovod's rule), so the plan never draws it again. Seed 12 at 2
+    ranks once dropped pool.2 in one batch and drew it again in the next: a DuplicateNameError
+    whenever the dropped all-reduce had not completed yet."""
+    dropped_seen = 0
+    for seed in range(1, 41):
+        dropped = set()
+        for batch in fuzzlib.draw_plan(seed, 200, SETS[2], ALGORITHMS):
+            for op in batch:
+                key = (op["set"], op["name"])
+                if op["name"] and op["name"].startswith("pool."):
+                    assert key not in dropped, (seed, op["i"], op["name"])
+                    if op["mode"] == "drop":
+                        dropped.add(key)
+                        dropped_seen += 1
+    assert dropped_seen > 10        # the plans do drop pool names
