@@ -57,7 +57,7 @@ from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.execute.context cimport Context
 from hvlite._core.execute.dispatch cimport (context_init, context_free, calibration_table, auto_choice,
-                                           read_way, read_way_done, read_way_slots)
+                                           read_way, read_way_done, read_way_slots, carry_timed)
 from hvlite._core.tuning.calibrate cimport Calibration
 from hvlite._core.negotiation.cache cimport *
 from hvlite._core.negotiation.wire cimport *
@@ -97,6 +97,7 @@ cdef extern from "<sched.h>" nogil:
 cdef double WAIT_SLICE = 0.1    # seconds a waiting thread runs rounds between looks at signals
 cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
+cdef double _carry_pause = 0    # tests: seconds a timed all-reduce's copy beside the vote also takes
 cdef double CONFLICT_SECONDS = 0.25     # rank 0 waits this long on a name other ranks may have
                                         # hit a variant of before it drops its variants
 
@@ -106,6 +107,13 @@ def _widen_submit_race(double seconds):
     request, the window in which that request may complete (it must then go ahead, not fail)."""
     global _race_pause
     _race_pause = seconds
+
+
+def _slow_carry(double seconds):
+    """Tests only: an all-reduce's copy that rides with the vote, where a calibration may time
+    the call, takes `seconds` longer (spinning), as a slow copy would."""
+    global _carry_pause
+    _carry_pause = seconds
 
 
 def _conflict_after(double seconds):
@@ -1111,6 +1119,8 @@ cdef class Coordinator(Rounds):
         cdef size_t nbytes
         cdef int64_t rows = m.shape[0] if m.shape.size() else 1
         cdef vector[int64_t] splits
+        cdef double t
+        self.ctx.shm.pre_seconds = 0
         if not self.node_agree or not 0 <= m.dtype < DT_COUNT or not m.error.empty():
             return 0
         nbytes = item_count(m[0]) * dtype_size(m.dtype)
@@ -1127,7 +1137,15 @@ cdef class Coordinator(Rounds):
                             or m.algorithm == ALG_AUTO and auto_choice(
                                 &self.ctx, nbytes, self.cache.metas[req.slot].apart) == ALG_SHM)):
                 return 0        # (auto: where its pick, or the model's guess, is another)
+            if not carry_timed(&self.ctx, nbytes, m.algorithm, self.cache.metas[req.slot].apart):
+                shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
+                return nbytes
+            # the segment's copy-in, done before the call's timing: it counts (resolved_done)
+            t = hv_now()
             shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
+            while _carry_pause > 0 and hv_now() - t < _carry_pause:
+                pass
+            self.ctx.shm.pre_seconds = hv_now() - t
         elif m.collective == C_BROADCAST and self.node_copies and nbytes < SHM_COPY_MAX:
             shm_preload(&self.ctx.shm, self.ride.nwords, 0,
                         req.input if m.root == self.ctx.shm.me else NULL, nbytes)

@@ -24,6 +24,15 @@ def test_a_model_that_leaves_one_candidate_is_still_checked_on_one_node(mpirun):
                 "HVLITE_ALPHA_SHM": "1e-7"}, timeout=240)
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_copy_that_rides_with_the_vote_counts_in_shm_time(mpirun, n):
+    """The model pinned as above, so that small all-reduces go through the shared segment and
+    their data ride with the vote during auto's trials (mpi_calibrate.py says what is checked)."""
+    mpirun(n, "tests/_core/mpi_calibrate.py", "-k", "rides_with_the_vote",
+           env={"HVLITE_PROBE": "0", "HVLITE_ALPHA_INTRA": "1e-3", "HVLITE_BETA_INTRA": "1e-7",
+                "HVLITE_ALPHA_SHM": "1e-7"}, timeout=240)
+
+
 def test_debug_names_what_was_measured(mpirun):
     """Rank 0 prints one line per measurement of a class's candidates, naming the pick the
     table holds. The cost model is pinned (not probed) to figures that put every algorithm

@@ -14,6 +14,10 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=*) no
 cdef int resolved_done(Context* c, int err) noexcept nogil
 # auto's choice without measuring: the class's pick if measured, else the cost model's.
 cdef int auto_choice(Context* c, size_t nbytes, bint apart=*) noexcept nogil
+# Whether a calibration may time an all-reduce of nbytes submitted with `algorithm` (auto's
+# class, or the shared segment's ways for a buffer of that size): then the copy of its data that
+# rides with the vote is timed (ShmArea.pre_seconds) and counts in the call's time.
+cdef bint carry_timed(Context* c, size_t nbytes, int algorithm, bint apart) noexcept nogil
 # What calibration measured, for Python (with the GIL).
 cdef dict calibration_table(const Calibration* cal, bint apart=*)
 # In place. Average runs a Sum, then divides by `divisor` (the set's size: joined ranks count);

@@ -28,6 +28,10 @@ cdef struct ShmArea:
                          # beside the vote (shm_preload); -1: none
     size_t pre_bytes     # that copy-in's size (0: each rank's own), and where it lies in a slot
     size_t pre_off
+    double pre_seconds   # what putting this rank's part beside the vote took, where a calibration
+                         # may time the collective (else 0): its copy-in, done before the timing
+    double credit        # pre_seconds of the copy-in the collective under way used (shm_preloaded),
+                         # which the timing adds (execute/dispatch.pyx); 0: none
     long long carried    # copy-ins that rode with the vote: a barrier each saved
     bint direct          # every node rank can read the others' memory (shm/cma.pyx), agreed
     long long read_direct  # allgathers and alltoalls that read a peer's buffer

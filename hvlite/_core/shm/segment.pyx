@@ -268,6 +268,7 @@ cdef bint shm_preloaded(ShmArea* a, size_t nbytes) noexcept nogil:
         return False
     a.pre_epoch = -1
     a.carried += 1
+    a.credit = a.pre_seconds
     return True
 
 

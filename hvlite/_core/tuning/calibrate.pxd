@@ -78,6 +78,12 @@ cdef int cal_next(Calibration* cal, int cls) noexcept nogil
 # The kept pick of class cls for this call, timed from now when a confirming window is open; or
 # the runner-up, while it challenges the pick.
 cdef int cal_kept(Calibration* cal, int cls) noexcept nogil
+# Whether the next call of class cls may be timed (its trials, a challenger's or a confirming
+# window's calls); False only where it will not be.
+cdef bint cal_may_time(const Calibration* cal, int cls) noexcept nogil
+# The timed call under way also did `seconds` of its work before its timing began (its data's
+# copy-in, riding with the vote): they count in its time.
+cdef void cal_credit(Calibration* cal, double seconds) noexcept nogil
 # After the call (every rank of comm calls it after every call it resolved, alike): a trial's
 # time is agreed (the slowest rank's) and recorded, and the last trial of a class picks; a
 # full confirming window is agreed and may send the class back to its trials or start a

@@ -179,6 +179,21 @@ cdef int cal_kept(Calibration* cal, int cls) noexcept nogil:
     return cal.pick[cls]
 
 
+cdef bint cal_may_time(const Calibration* cal, int cls) noexcept nogil:
+    """As cal_next and cal_kept decide: every call of a class in its trials may be timed; one
+    with a pick only while a challenger runs or once the wait for its next window is over."""
+    if not cal.enabled:
+        return False
+    if cal.pick[cls] < 0:
+        return True
+    return cal.ncand[cls] > 1 and (cal.challenger[cls] >= 0 or cal.wait[cls] == 0)
+
+
+cdef void cal_credit(Calibration* cal, double seconds) noexcept nogil:
+    if cal.armed:
+        cal.t0 -= seconds
+
+
 cdef double _median3(const double* t) noexcept nogil:
     if (t[1] <= t[0] <= t[2]) or (t[2] <= t[0] <= t[1]):
         return t[0]
