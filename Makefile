@@ -78,6 +78,7 @@ ASAN_TESTS ?= 'tests/test_work.py' 'tests/_core/test_coordinator.py::test_coordi
     'tests/faults/test_lost.py::test_lost_rank[sigstop-3-last-small]' \
     'tests/faults/test_lost.py::test_silent_rank_is_named_and_stalls_fail[3]' \
     'tests/_core/test_calibrate.py::test_calibration[3]' \
+    'tests/_core/test_calibrate.py::test_a_copy_that_rides_with_the_vote_counts_in_shm_time[2]' \
     'tests/_core/test_algorithms.py::test_shm_segment_and_coordinator[4-env2]' \
     'tests/test_duplicate_names.py::test_duplicate_names[3]' \
     'tests/test_fork.py::test_forked_children_never_disturb_the_job[2]' \
