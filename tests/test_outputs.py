@@ -118,7 +118,7 @@ def test_shaped_takes_are_pooled_like_the_others():
     # under GATHERED_MIN_BYTES (128 KiB here): a new array costs less than the pool's call
     assert pool.take_shaped("g", (1 << 14, 2), f32) is None and not pool.seen
     assert pool.take_shaped("g", (1 << 17,), f32, keep=False) is None  # not the caller's name
-    first = pool.take_shaped("g", (1 << 16, 2), f32)                   # the first call keeps nothing
+    first = pool.take_shaped("g", (1 << 16, 2), f32)       # the first call keeps nothing
     assert first.shape == (1 << 16, 2) and first.dtype == f32 and not pool.arrays
     kept = pool.take_shaped("g", (1 << 16, 2), f32)
     ref = weakref.ref(kept)

@@ -56,8 +56,9 @@ from hvlite._core.request cimport *
 from hvlite._core.codes cimport *
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.execute.context cimport Context
-from hvlite._core.execute.dispatch cimport (context_init, context_free, calibration_table, auto_choice,
-                                           read_way, read_way_done, read_way_slots, carry_timed)
+from hvlite._core.execute.dispatch cimport (context_init, context_free, calibration_table,
+                                           auto_choice, read_way, read_way_done, read_way_slots,
+                                           carry_timed)
 from hvlite._core.tuning.calibrate cimport Calibration
 from hvlite._core.negotiation.cache cimport *
 from hvlite._core.negotiation.wire cimport *
@@ -97,7 +98,7 @@ cdef extern from "<sched.h>" nogil:
 cdef double WAIT_SLICE = 0.1    # seconds a waiting thread runs rounds between looks at signals
 cdef double GRACE = 1e-4        # seconds an idle coordinator leaves fresh work to a waiting caller
 cdef double _race_pause = 0     # tests: seconds submit() sleeps between its two looks at a name
-cdef double _carry_pause = 0    # tests: seconds a timed all-reduce's copy beside the vote also takes
+cdef double _carry_pause = 0    # tests: seconds added to a timed all-reduce's copy beside the vote
 cdef double CONFLICT_SECONDS = 0.25     # rank 0 waits this long on a name other ranks may have
                                         # hit a variant of before it drops its variants
 

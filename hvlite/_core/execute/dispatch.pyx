@@ -160,7 +160,7 @@ cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil
 
 
 cdef bint carry_timed(Context* c, size_t nbytes, int algorithm, bint apart) noexcept nogil:
-    return (algorithm == ALG_AUTO and c.size > 1 and cal_may_time(&c.cal, size_class(nbytes, apart))
+    return (algorithm == ALG_AUTO and cal_may_time(&c.cal, size_class(nbytes, apart))
             or c.direct_ok and c.ways.enabled and direct_worth(&c.shm, nbytes)
             and cal_may_time(&c.ways, size_class(nbytes, False)))
 

@@ -79,10 +79,10 @@ cdef int shm_allgather(ShmArea* a, const char* input, int64_t rows, size_t row_b
     (mpi_collectives' allgather, through the segment). The counts always go through the
     segment: `same_rows` is only this rank's belief, and skipping the exchange on some ranks
     only would leave the node's barriers out of step (a hang). Rows that fit a slot beside the
-    count travel with it: one barrier in all (a small allgather took two). Where the ranks may read each other,
-    rows from DIRECT_COPY_MIN bytes stay in the input (its pid and address beside the count,
-    the slot's flag clear): every rank sees it in the slots, reads those rows from the sender,
-    copies the others' from their slots, and passes one more barrier."""
+    count travel with it: one barrier in all (a small allgather took two). Where the ranks may
+    read each other, rows from DIRECT_COPY_MIN bytes stay in the input (its pid and address
+    beside the count, the slot's flag clear): every rank sees it in the slots, reads those rows
+    from the sender, copies the others' from their slots, and passes one more barrier."""
     cdef int r, p, err = 0
     cdef size_t off = 0, n, mine = <size_t>rows * row_bytes, most = 0, b, room = a.seg - HEAD
     cdef size_t base = 0        # where the count lies in a slot (further in where it rode)
