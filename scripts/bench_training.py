@@ -4,7 +4,8 @@ DistributedOptimizer, as a PyTorch user would run each of them, in the same proc
     .venv/bin/mpiexec -n 2 .venv/bin/python scripts/bench_training.py --check
     .venv/bin/mpiexec -n 2 .venv/bin/python scripts/bench_training.py --rounds 7 --steps 10 \
         --out docs/bench_training_np2.csv --plot docs/bench_training_np2.png
-    (the same with -n 4: 4 ranks; --models gpt or --modes ddp,hvlite for a part)
+    (the same with -n 4: 4 ranks; --models gpt or --modes ddp,hvlite for a part; --cpu adds the
+    CPU time per step of the training thread and of the others, and how busy the cores were)
 
 What a PyTorch user weighs is a whole step against what they run today, not one collective.
 Models (written here, so torchvision stays optional), SGD with momentum, synthetic data from a
@@ -47,6 +48,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -270,19 +272,52 @@ def train_step(model, opt, data):
     opt.step()
 
 
-def run_steps(mode, setup, data, steps):
-    """Seconds per step on this rank (0.0 on the ranks that sit out "1 process")."""
+def thread_cpu():
+    """{thread id: seconds it has run on a CPU} for this process's threads, from Linux's /proc
+    (the scheduler's nanosecond sum where it shows it, else clock ticks); {} elsewhere."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/sched") as f:
+                line = next((x for x in f if x.startswith("se.sum_exec_runtime")), None)
+            if line is not None:
+                out[int(tid)] = float(line.split(":")[1]) / 1e3        # shown in ms
+                continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            pass                        # a thread that ended meanwhile
+    return out
+
+
+def run_steps(mode, setup, data, steps, cpu=None):
+    """Seconds per step on this rank (0.0 on the ranks that sit out "1 process"). With `cpu` (a
+    list [training thread, other threads, wall] in seconds), adds this call's CPU time: the
+    thread that trains, and every other thread of the process (hvlite's coordinator, gloo's)."""
     dist.barrier()
+    before = thread_cpu() if cpu is not None else None
+    w0 = time.perf_counter()
     if mode == "one" and hvd.rank() != 0:
         dist.barrier()                  # idle while rank 0 trains alone (a socket wait, no spin)
-        return 0.0
-    model, opt = setup
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        train_step(model, opt, data)
-    dt = (time.perf_counter() - t0) / steps
-    if mode == "one":
-        dist.barrier()
+        dt = 0.0
+    else:
+        model, opt = setup
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            train_step(model, opt, data)
+        dt = (time.perf_counter() - t0) / steps
+        if mode == "one":
+            dist.barrier()
+    if cpu is not None:
+        after, me = thread_cpu(), threading.get_native_id()
+        cpu[0] += after.get(me, 0.0) - before.get(me, 0.0)
+        cpu[1] += sum(t - before.get(tid, 0.0) for tid, t in after.items() if tid != me)
+        cpu[2] += time.perf_counter() - w0
     return dt
 
 
@@ -294,17 +329,24 @@ def bench(name, args, modes):
     for mode in modes:
         run_steps(mode, models[mode], data, args.warmup)
     times = {m: [] for m in modes}
+    cpu = {m: [0.0, 0.0, 0.0] for m in modes} if args.cpu else {}
     for r in range(args.rounds):
         order = modes[r % len(modes):] + modes[:r % len(modes)]
         for mode in order:
-            times[mode].append(run_steps(mode, models[mode], data, args.steps))
-    everyone = hvd.allgather_object(times, name=f"bench.times.{name}")
+            times[mode].append(run_steps(mode, models[mode], data, args.steps, cpu.get(mode)))
+    everyone = hvd.allgather_object((times, cpu), name=f"bench.times.{name}")
     n, batch = hvd.size(), MODELS[name][2]
     sps = {}
     for mode in modes:
-        per_round = [max(t[mode][r] for t in everyone) for r in range(args.rounds)]
+        per_round = [max(t[mode][r] for t, _ in everyone) for r in range(args.rounds)]
         glob = batch if mode == "one" else batch * n
         sps[mode] = statistics.median(glob / t for t in per_round)
+    if args.cpu:
+        steps = args.rounds * args.steps
+        sps["cpu"] = {m: (statistics.mean(c[m][0] for _, c in everyone) / steps,
+                          statistics.mean(c[m][1] for _, c in everyone) / steps,
+                          sum(c[m][0] + c[m][1] for _, c in everyone) /
+                          max(c[m][2] for _, c in everyone)) for m in modes}
     return sps
 
 
@@ -356,6 +398,17 @@ def report(results, modes, args):
             print(f"| {row['model']} | {fmt(bound)} | {x(ratio(row['DDP gloo'], bound))} | "
                   f"{x(ratio(row['hvlite'], bound))} | {x(ratio(row['hvlite fp16'], bound))} | "
                   f"{x(ratio(bound, row['DDP gloo']))} |")
+    if args.cpu:
+        print(f"# CPU per step, the mean over ranks: the thread that trains, and every other "
+              f"thread of the process (hvlite's coordinator, gloo's); busy: all ranks' CPU "
+              f"seconds per second of the timed steps (this machine has {os.cpu_count()} cores)")
+        print("| model | mode | training thread, ms | other threads, ms | busy |")
+        print("|---|---|---|---|---|")
+        for name, sps in results.items():
+            for m in modes:
+                main_s, other_s, busy = sps["cpu"][m]
+                print(f"| {MODELS[name][0].split(',')[0]} | {MODES[m]} | {main_s * 1e3:.1f} | "
+                      f"{other_s * 1e3:.1f} | {busy:.2f} |")
     if args.out:
         with open(args.out, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -470,6 +523,8 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode per round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per mode first")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cpu", action="store_true",
+                   help="also the CPU time per step: the training thread's, the other threads'")
     p.add_argument("--out", metavar="FILE.csv", help="also write the table as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also plot it (needs matplotlib)")
     p.add_argument("--check", action="store_true",

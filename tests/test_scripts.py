@@ -14,6 +14,8 @@ SCRIPTS = [
       "--warmup", "1"], "hvlite / DDP"),
     (["scripts/bench_training.py", "--models", "mlp", "--modes", "apart,hvlite", "--rounds", "1",
       "--steps", "1", "--warmup", "1"], "| no communication (every rank alone) |"),
+    (["scripts/bench_training.py", "--models", "mlp", "--modes", "ddp,hvlite", "--rounds", "1",
+      "--steps", "1", "--warmup", "1", "--cpu"], "| training thread, ms | other threads, ms |"),
     (["scripts/bench_average.py", "--sizes", "4K", "--reps", "2"], "Average / Sum"),
     (["scripts/bench_unnamed.py", "--calls", "3", "--steps", "5", "--reps", "2"], "unnamed / named"),
     (["scripts/bench_cast.py", "--sizes", "1001", "--repeats", "3"], "kernel"),
@@ -68,3 +70,45 @@ def test_bench_mpis_drives_its_launches(tmp_path):
     assert {r["column"] for r in rows} == {"mpi_out", "mpi_in", "hvlite_out", "hvlite_in"}, rows
     assert all(float(r["median_s"]) > 0 for r in rows), rows
 
+
+
+def test_bench_training_counts_each_threads_cpu():
+    """--cpu's counter: a thread that computes for 0.3 s shows about that, one that sleeps as
+    long shows next to nothing, and the calling thread is told apart from both."""
+    pytest.importorskip("torch")
+    import importlib.util
+    import threading
+    import time
+    spec = importlib.util.spec_from_file_location("bench_training", "scripts/bench_training.py")
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    ids = {}
+
+    def busy():
+        ids["busy"] = threading.get_native_id()
+        t = time.thread_time()
+        while time.thread_time() - t < 0.3:
+            pass
+        started.wait()
+
+    def idle():
+        ids["idle"] = threading.get_native_id()
+        started.wait()
+
+    started = threading.Event()
+    threads = [threading.Thread(target=busy), threading.Thread(target=idle)]
+    before = bt.thread_cpu()
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    after = bt.thread_cpu()
+    started.set()
+    for t in threads:
+        t.join()
+    if not after:
+        pytest.skip("no /proc/self/task here")
+    me = threading.get_native_id()
+    assert me in after and ids["busy"] in after and ids["idle"] in after, (ids, sorted(after))
+    assert 0.25 <= after[ids["busy"]] - before.get(ids["busy"], 0.0) <= 5.0, after
+    assert after[ids["idle"]] - before.get(ids["idle"], 0.0) < 0.1, after
+    assert after[me] - before.get(me, 0.0) < 0.2, after
