@@ -73,7 +73,7 @@ def test_bench_mpis_drives_its_launches(tmp_path):
 
 
 def test_bench_training_counts_each_threads_cpu():
-    """--cpu's counter: a thread that computes for 0.3 s shows about that, one that sleeps as
+    """--cpu's counter: a thread that computes for 0.3 s shows about that, one that waits as
     long shows next to nothing, and the calling thread is told apart from both."""
     pytest.importorskip("torch")
     import importlib.util
@@ -82,27 +82,29 @@ def test_bench_training_counts_each_threads_cpu():
     spec = importlib.util.spec_from_file_location("bench_training", "scripts/bench_training.py")
     bt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bt)
-    ids = {}
+    ids, spun, up, done = {}, threading.Event(), threading.Event(), threading.Event()
 
     def busy():
         ids["busy"] = threading.get_native_id()
         t = time.thread_time()
         while time.thread_time() - t < 0.3:
             pass
-        started.wait()
+        spun.set()
+        done.wait()
 
     def idle():
         ids["idle"] = threading.get_native_id()
-        started.wait()
+        up.set()
+        done.wait()
 
-    started = threading.Event()
     threads = [threading.Thread(target=busy), threading.Thread(target=idle)]
     before = bt.thread_cpu()
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert spun.wait(60) and up.wait(60)
+    time.sleep(0.3)          # the idle thread's 0.3 s, however busy the machine
     after = bt.thread_cpu()
-    started.set()
+    done.set()
     for t in threads:
         t.join()
     if not after:
