@@ -2,6 +2,7 @@
 call on the same MPI: what a rank pays when the runtime has been idle while it computed.
 
     mpiexec -n 2 python scripts/bench_after_compute.py [--compute-ms 0,1,10,100] [--reps 41]
+        [--settle 60]
 
 Each repetition: a barrier, `--compute-ms` of busy NumPy work on every rank (small matrix
 products, so the core and its caches are busy as in a forward pass), then one timed call. The
@@ -11,6 +12,13 @@ slowest rank's; the table shows medians and the ratio to MPI (<= 1.1 is the goal
 the ranks share a monotonic clock, so a second pair of columns shows the time from the last
 rank's start to the last rank's end: the call's own latency, without the ranks' skew in leaving
 their compute (which the first pair charges to whoever finished first).
+
+auto measures its algorithms on the job's own calls, and a call after compute is another regime
+than the warm-up's calls back to back: in its first calls after compute auto finds its pick
+running at another speed and measures the class again (calibrate.pyx), as a training job's
+first steps do. So each block first runs `--settle` repetitions the same way, timed apart: the
+last column shows their median for the slowest rank (the first steps), the table's columns the
+calls after them (the steps of a settled job).
 """
 import argparse
 import sys
@@ -42,6 +50,8 @@ def main():
     p.add_argument("--compute-ms", default="0,1,10,100")
     p.add_argument("--size", default="4K")
     p.add_argument("--reps", type=int, default=41)
+    p.add_argument("--settle", type=int, default=60,
+                   help="repetitions of each block run first, their median shown apart")
     p.add_argument("--compute", choices=("matmul", "stream", "sleep"), default="matmul",
                    help="what the compute is: small matrix products, a stream through 32 MiB, "
                         "or a sleep")
@@ -69,12 +79,14 @@ def main():
             fn()
     if hvd.rank() == 0:
         print(f"# one {human(x.nbytes)} call after {args.compute}, {hvd.size()} ranks: median of "
-              f"{args.reps} calls: the slowest rank's time | the last start to the last end; "
+              f"{args.reps} calls after {args.settle} of each block: the slowest rank's time | "
+              f"the last start to the last end | the first {args.settle} calls' slowest rank; "
               "ratios to MPI_Allreduce", flush=True)
     order = np.random.default_rng(args.reps)
     for ms in (float(s) for s in args.compute_ms.split(",")):
-        stamps = np.zeros((2, len(cols), args.reps))      # when each call began and ended
-        for rep in range(args.reps):
+        n = args.settle + args.reps
+        stamps = np.zeros((2, len(cols), n))      # when each call began and ended
+        for rep in range(n):
             for j in order.permutation(len(cols)):
                 comm.Barrier()
                 busy(ms / 1e3, a, b, big)
@@ -86,12 +98,17 @@ def main():
         comm.Allreduce(took, slowest, op=MPI.MAX)
         last = np.empty_like(stamps)                         # the last rank's start and end
         comm.Allreduce(stamps, last, op=MPI.MAX)
-        med = np.median(slowest, axis=1)
-        after = np.median(last[1] - last[0], axis=1)
+        med = np.median(slowest[:, args.settle:], axis=1)
+        after = np.median((last[1] - last[0])[:, args.settle:], axis=1)
+        first = np.median(slowest[:, :args.settle], axis=1) if args.settle else None
         if hvd.rank() == 0:
             for j, (label, _) in enumerate(cols):
-                print(f"{ms:6g} ms | {label:<18} | {med[j] * 1e6:7.1f} us {med[j] / med[0]:5.2f}x | "
-                      f"{after[j] * 1e6:7.1f} us {after[j] / after[0]:5.2f}x", flush=True)
+                print(f"{ms:6g} ms | {label:<18} | {med[j] * 1e6:7.1f} us "
+                      f"{med[j] / med[0]:5.2f}x | "
+                      f"{after[j] * 1e6:7.1f} us {after[j] / after[0]:5.2f}x" + (
+                          "" if first is None else
+                          f" | first {args.settle}: {first[j] * 1e6:7.1f} us "
+                          f"{first[j] / first[0]:5.2f}x"), flush=True)
     hvd.shutdown()
 
 
