@@ -56,6 +56,8 @@ def main():
                    help="what the compute is: small matrix products, a stream through 32 MiB, "
                         "or a sleep")
     args = p.parse_args()
+    if args.reps < 1 or args.settle < 0:
+        p.error("--reps must be >= 1 and --settle >= 0")
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from benchkit import human, parse_size
 

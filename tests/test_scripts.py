@@ -54,6 +54,17 @@ def test_bench_progress_refuses_bad_arguments(args, expect):
     assert out.returncode == 2 and expect in out.stderr, (out.returncode, out.stderr)
 
 
+@pytest.mark.parametrize("args", [["--settle", "-1"], ["--reps", "0"]])
+def test_bench_after_compute_refuses_bad_arguments(args):
+    """Checked before the runtime starts: the usage error, exit status 2, nothing run."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "scripts/bench_after_compute.py", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--reps must be >= 1 and --settle >= 0" in out.stderr, (
+        out.returncode, out.stderr)
+
+
 def test_bench_mpis_drives_its_launches(tmp_path):
     """The cross-MPI driver (scripts/bench_mpis.py) launches its runs itself, each under its own
     mpiexec; with no side venvs there is one, the project's MPI, and its table and CSV name both
@@ -70,7 +81,6 @@ def test_bench_mpis_drives_its_launches(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "m.csv")))
     assert {r["column"] for r in rows} == {"mpi_out", "mpi_in", "hvlite_out", "hvlite_in"}, rows
     assert all(float(r["median_s"]) > 0 for r in rows), rows
-
 
 
 def test_bench_training_counts_each_threads_cpu():
