@@ -1120,7 +1120,8 @@ cdef class Coordinator(Rounds):
         cdef size_t nbytes
         cdef int64_t rows = m.shape[0] if m.shape.size() else 1
         cdef vector[int64_t] splits
-        cdef double t
+        cdef double t = 0
+        cdef bint timed
         self.ctx.shm.pre_seconds = 0
         if not self.node_agree or not 0 <= m.dtype < DT_COUNT or not m.error.empty():
             return 0
@@ -1138,15 +1139,16 @@ cdef class Coordinator(Rounds):
                             or m.algorithm == ALG_AUTO and auto_choice(
                                 &self.ctx, nbytes, self.cache.metas[req.slot].apart) == ALG_SHM)):
                 return 0        # (auto: where its pick, or the model's guess, is another)
-            if not carry_timed(&self.ctx, nbytes, m.algorithm, self.cache.metas[req.slot].apart):
-                shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
-                return nbytes
-            # the segment's copy-in, done before the call's timing: it counts (resolved_done)
-            t = hv_now()
+            # the segment's copy-in, done before the call's timing: where a calibration may time
+            # the call it is timed too and counts (resolved_done); elsewhere no clock is read
+            timed = carry_timed(&self.ctx, nbytes, m.algorithm, self.cache.metas[req.slot].apart)
+            if timed:
+                t = hv_now()
             shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
-            while _carry_pause > 0 and hv_now() - t < _carry_pause:
-                pass
-            self.ctx.shm.pre_seconds = hv_now() - t
+            if timed:
+                while _carry_pause > 0 and hv_now() - t < _carry_pause:
+                    pass
+                self.ctx.shm.pre_seconds = hv_now() - t
         elif m.collective == C_BROADCAST and self.node_copies and nbytes < SHM_COPY_MAX:
             shm_preload(&self.ctx.shm, self.ride.nwords, 0,
                         req.input if m.root == self.ctx.shm.me else NULL, nbytes)
