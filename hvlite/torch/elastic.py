@@ -40,8 +40,15 @@ def _tensor_in(data):
     if not isinstance(dtype, torch.dtype) or not isinstance(raw, np.ndarray) or \
             raw.dtype != np.uint8 or not all(isinstance(n, int) and n >= 0 for n in shape):
         raise ValueError(f"not a tensor record: dtype {name!r}, shape {shape!r}")
-    if raw.size == 0:
-        return torch.empty(shape, dtype=dtype)          # reshape checks the element count
+    count = 1
+    for n in shape:
+        count *= n                      # Python ints: no wrap
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if raw.size != count * itemsize:    # a damaged or planted record, never memory left over
+        raise ValueError(f"not a tensor record: {raw.size} bytes for a {name} tensor of shape "
+                         f"{list(shape)} ({count * itemsize} bytes)")
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
     return torch.from_numpy(np.array(raw, copy=True)).view(dtype).reshape(shape)
 
 

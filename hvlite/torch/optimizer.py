@@ -351,7 +351,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     mixin = _AdasumMixin if adasum else _DistributedMixin
     cls = type(base.__name__, (mixin, base), {"_hvd_base": base})
     opt = cls.__new__(cls)
-    opt.__dict__.update(optimizer.__dict__)
+    # The optimizer's state, not what was patched onto the object: an LR scheduler made before
+    # the wrap puts a `step` there that calls the original's step, which would skip the
+    # reduction (Horovod builds a new instance, whose methods are its class's).
+    opt.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                         if not (callable(v) and callable(getattr(cls, k, None)))})
     if adasum:
         opt._starts = {}
         opt._trainable = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]

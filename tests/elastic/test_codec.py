@@ -98,3 +98,23 @@ def test_torch_tensors_are_raw_bytes_not_torch_pickles():
         assert back[k].dtype == v.dtype and torch.equal(back[k], v.detach()), k
     with pytest.raises(CommitError, match="sparse_coo tensor"):
         codec.dumps({"s": torch.eye(2).to_sparse()})
+
+
+def test_a_tensor_record_whose_bytes_do_not_fit_its_shape_is_refused(monkeypatch):
+    """A damaged or planted record never loads as memory left over from elsewhere."""
+    torch = pytest.importorskip("torch")
+    import hvlite.torch.elastic  # noqa: F401 - registers the tensor record
+    _, _, decode = codec._registry["torch.Tensor"]
+
+    class Forged:
+        def __init__(self, data):
+            self.data = data
+
+    monkeypatch.setitem(codec._registry, "torch.Tensor", (Forged, lambda f: f.data, decode))
+    for raw in (np.empty(0, np.uint8), np.zeros(20, np.uint8), np.zeros(28, np.uint8)):
+        body = codec.dumps({"w": Forged(("float32", [2, 3], raw))})
+        with pytest.raises(CommitError, match=rf"f: cannot read .*{raw.size} bytes for a "
+                           r"float32 tensor of shape \[2, 3\] \(24 bytes\)"):
+            codec.loads(body, source="f")
+    ok = codec.loads(codec.dumps({"w": Forged(("float32", [2, 0], np.empty(0, np.uint8)))}))
+    assert ok["w"].shape == (2, 0) and ok["w"].dtype == torch.float32

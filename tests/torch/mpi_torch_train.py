@@ -82,6 +82,35 @@ def test_distributed_optimizer_equals_global_batch(config):
     assert_everywhere([] if ok else [f"{config}: parameters differ from the global batch"])
 
 
+def test_an_lr_scheduler_made_before_the_wrap_keeps_the_reduction():
+    """torch's schedulers patch `step` onto the optimizer object they are given; the wrapped
+    optimizer's step must still reduce (and the scheduler still set the shared groups' lr)."""
+    dist, ref = model(seed=RANK), model(seed=0)
+    hvd.broadcast_parameters(dist.state_dict(), root_rank=0)
+    inner = torch.optim.SGD(dist.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(inner, named_parameters=dist.named_parameters())
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    rsched = torch.optim.lr_scheduler.StepLR(ropt, step_size=1, gamma=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # "lr_scheduler.step() before optimizer.step()"
+        for step in range(3):
+            opt.zero_grad()
+            ropt.zero_grad()
+            x, y = data(step)
+            loss_fn(dist, x[RANK * 4:RANK * 4 + 4], y[RANK * 4:RANK * 4 + 4]).backward()
+            sum(loss_fn(ref, x[r * 4:r * 4 + 4], y[r * 4:r * 4 + 4]) for r in range(N)).div(
+                N).backward()
+            opt.step()
+            ropt.step()
+            sched.step()
+            rsched.step()
+    ok = (params_equal(dist, ref) and identical_everywhere(dist)
+          and opt.param_groups[0]["lr"] == ropt.param_groups[0]["lr"] == 0.1 * 0.5 ** 3)
+    assert_everywhere([] if ok else ["a scheduler made before the wrap: the parameters differ "
+                                     "from the global batch's, or the lr was not scheduled"])
+
+
 @pytest.mark.parametrize("grouping", [dict(num_groups=1), dict(num_groups=2), "groups"])
 def test_grouped_gradients_are_compressed_as_ungrouped_ones(grouping):
     """compression= reaches the grouped allreduce: grouped and ungrouped fp16 runs end with the
