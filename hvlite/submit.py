@@ -297,7 +297,8 @@ def broadcast_async_(x, root_rank, name=None, process_set=global_process_set, sy
 
 
 def _splits(splits, n, rows, name):
-    """Row counts per destination, checked: n non-negative integers summing to `rows`."""
+    """Row counts per destination, checked: n non-negative integers summing to at most `rows`
+    (Horovod's rule: the rows past their sum are not sent)."""
     try:
         s = np.asarray(splits)
         if s.dtype == bool or not np.issubdtype(s.dtype, np.integer):
@@ -306,10 +307,10 @@ def _splits(splits, n, rows, name):
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"alltoall {name!r}: splits {splits!r} must be {n} integer "
                                    "row counts") from None
-    if len(values) != n or any(v < 0 for v in values) or sum(values) != rows:
+    if len(values) != n or any(v < 0 for v in values) or sum(values) > rows:
         raise InvalidArgumentError(
             f"alltoall {name!r}: splits {values} must hold {n} non-negative "
-            f"row counts summing to the first dimension {rows}")
+            f"row counts summing to at most the first dimension {rows}")
     return values
 
 

@@ -12,6 +12,7 @@ def test_alltoall_counts_that_wrap_or_are_negative_fail_on_every_rank(env):
     for r in range(3):
         assert out.count(f"rank {r}: core refused") == 4, out
         assert f"rank {r}: alltoall after the refusals is right" in out, out
+        assert f"rank {r}: splits summing below the first dimension send those rows" in out, out
         assert f"rank {r}: no error" not in out, out
     assert out.count("rank 1: refused splits") == 2, out
     assert out.count("peer refused") == 4, out

@@ -101,7 +101,7 @@ cdef int run_broadcast(MPI_Comm comm, char* buf, size_t nbytes, int root) noexce
 cdef int run_alltoall(MPI_Comm comm, const char* input, int64_t rows, const vector[int64_t]& splits,
                       size_t row_bytes, char** result, vector[int64_t]* recv_splits, char* into,
                       size_t into_bytes) noexcept nogil:
-    """`rows`: this rank's first dimension; splits that do not add up to it (they reached the
+    """`rows`: this rank's first dimension; splits that add up to more (they reached the
     core past the Python checks) are refused on every rank, before any row is read."""
     cdef int n = 0, err
     cdef size_t i
