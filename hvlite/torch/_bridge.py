@@ -18,7 +18,7 @@ from hvlite._core.codes import COLLECTIVES
 from hvlite.work import Composite, GroupHandle, Mapped, Over, Work  # noqa: F401  (one protocol, shared)
 from hvlite.errors import InvalidArgumentError
 from hvlite.ops import Adasum, Average, Sum, as_op  # noqa: F401  (Adasum: hvd.Adasum)
-from hvlite.torch.compression import Compression
+from hvlite.torch.compression import Compression, NoneCompressor, TorchCompressor
 
 
 class DeviceError(InvalidArgumentError, RuntimeError):
@@ -68,9 +68,15 @@ def ps_rank(process_set):
 
 def compression_kwargs(compression):
     """The compression keyword for hvlite.allreduce_async: only for a real compressor."""
-    if compression is None or compression is Compression.none:
+    if compression is None or compression is Compression.none or compression is NoneCompressor:
         return {}
     return {"compression": compression}
+
+
+def foreign_compressor(compression):
+    """A compressor that speaks only Horovod's protocol (compress/decompress: a user's class),
+    not hvlite's exchange: its casts run in torch around a plain reduction, as in Horovod."""
+    return bool(compression_kwargs(compression)) and not isinstance(compression, TorchCompressor)
 
 
 def on_device(t):

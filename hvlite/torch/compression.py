@@ -4,7 +4,9 @@ Horovod's compressors take and return tensors (`compress(t) -> (t, ctx)`, `decom
 hvlite's take NumPy arrays and also run their own exchange (`allreduce_async`), which is what
 hvlite.torch's allreduce and DistributedOptimizer use. Each entry here wraps one hvlite
 compressor and speaks both: casts in torch for the tensor protocol, the hvlite compressor for the
-exchange. Calling an entry with options gives a fresh one, as in hvlite.compression.
+exchange. Calling an entry with options gives a fresh one, as in hvlite.compression. A
+compressor of your own (Horovod's `Compressor` protocol only) works too: its casts run in torch
+around a plain reduction.
 """
 import torch
 
@@ -14,7 +16,50 @@ from hvlite.compression import METHODS
 _CASTS = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class TorchCompressor:
+class Compressor:
+    """Horovod's interface for a compressor of your own: compress(tensor) -> (tensor, ctx) and
+    decompress(tensor, ctx) -> tensor (static methods in Horovod's). hvlite.torch's allreduce,
+    grouped_allreduce, reducescatter and DistributedOptimizer run such a compressor's casts in
+    torch around a plain reduction of the compressed tensor, as Horovod does."""
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError("Compressor.compress")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError("Compressor.decompress")
+
+
+class NoneCompressor(Compressor):
+    """Horovod's class of `Compression.none`: nothing done (taken as Compression.none)."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Horovod's class of `Compression.fp16`: floating tensors sent as float16. (hvlite's own
+    `Compression.fp16` casts in the core instead; this class exists for code that names or
+    subclasses it.)"""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point:
+            return tensor.type(torch.float16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.type(ctx) if ctx.is_floating_point else tensor
+
+
+class TorchCompressor(Compressor):
     def __init__(self, method, inner):
         self.method, self.inner = method, inner
 
@@ -53,4 +98,5 @@ for _m in METHODS:
 
 Compression = TorchCompression     # Horovod's name: `hvd.Compression.fp16`
 
-__all__ = ["Compression", "TorchCompression", "TorchCompressor"]
+__all__ = ["Compression", "TorchCompression", "TorchCompressor", "Compressor", "NoneCompressor",
+           "FP16Compressor"]

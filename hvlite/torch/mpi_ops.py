@@ -37,7 +37,7 @@ def _plain(tensor, prescale_factor=1.0, postscale_factor=1.0, compression=None):
     if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and not B.on_device(tensor)
             and tensor.dtype in _PLAIN and not tensor.is_sparse and tensor.is_contiguous()
             and prescale_factor == 1.0 and postscale_factor == 1.0
-            and (compression is None or compression is Compression.none)):
+            and not B.compression_kwargs(compression)):
         return None
     return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
 
@@ -60,8 +60,8 @@ def _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor, p
         out.copy_(tensor.detach())
     B.scale_(out, prescale_factor)
     kw = dict(B.ps_kwargs(process_set), **B.compression_kwargs(compression))
-    if kw.get("compression") and B.on_device(out):
-        return _device_compressed(out, name, op, postscale_factor, process_set, compression)
+    if kw.get("compression") and (B.on_device(out) or B.foreign_compressor(compression)):
+        return _compressed_in_torch(out, name, op, postscale_factor, process_set, compression)
     arr = src if out is tensor else B.view(out, _coll.ALLREDUCE, name,
                                                         process_set=process_set)
 
@@ -83,16 +83,24 @@ def _device_adasum(tensor, out, name, prescale_factor, postscale_factor, process
     return B.TorchHandle(h, finish)
 
 
-def _device_compressed(out, name, op, postscale_factor, process_set, compression):
-    """A CUDA tensor with compression: cast on its device with the compressor's own
-    compress/decompress (Horovod's protocol; fp16 here, as in Horovod) and reduce the cast on
-    the device path. hvlite.compression's exchanges take host arrays."""
+def _compressed_in_torch(out, name, op, postscale_factor, process_set, compression):
+    """Horovod's way: the compressor's own compress/decompress around a plain reduction of the
+    compressed tensor. For a CUDA tensor (cast on its device, reduced on the device path:
+    hvlite.compression's exchanges take host arrays), and for a compressor of Horovod's
+    protocol only (a user's class), on any device."""
     try:
         low, ctx = compression.compress(out)
-    except (NotImplementedError, AttributeError) as e:
+    except (NotImplementedError, AttributeError, TypeError) as e:
+        why = (f"{compression!r} cannot compress this tensor ({e})"
+               if B.foreign_compressor(compression) else
+               f"{compression!r} takes CPU tensors; CUDA tensors take Compression.none or fp16 "
+               f"({e})")
+        B.poisoned(_coll.ALLREDUCE, name, InvalidArgumentError(f"allreduce {name!r}: {why}"),
+                   process_set, out)
+    if not isinstance(low, torch.Tensor):
         B.poisoned(_coll.ALLREDUCE, name, InvalidArgumentError(
-            f"allreduce {name!r}: {compression!r} takes CPU tensors; CUDA tensors take "
-            f"Compression.none or fp16 ({e})"), process_set, out)
+            f"allreduce {name!r}: {compression!r}.compress returned "
+            f"{type(low).__name__}, not a tensor"), process_set, out)
     low = low.contiguous()
     h = _hv.allreduce_async_(B.view(low, _coll.ALLREDUCE, name, process_set=process_set),
                              op=op, name=name, **B.ps_kwargs(process_set))
@@ -122,7 +130,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     op = B.resolve_op(op, average)
     arr = _plain(tensor, prescale_factor, postscale_factor)
     if arr is not None:
-        if compression is None or compression is Compression.none:
+        if not B.compression_kwargs(compression):
             # DistributedOptimizer's hooks, every gradient: the NumPy face's call
             return B.Returning(_coll.allreduce_async_(arr, op, name, None,
                                                       _numpy_set(process_set)), tensor)

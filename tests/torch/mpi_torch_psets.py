@@ -87,6 +87,52 @@ def test_compression_fp16_through_torch():
                       else [f"rank {RANK}: fp16 compression gave {got}"])
 
 
+def test_a_compressor_of_horovods_protocol_only():
+    """A user's compressor (Horovod's Compressor: static compress/decompress, no exchange of its
+    own) runs around a plain reduction in allreduce, allreduce_, grouped_allreduce and
+    DistributedOptimizer, as in Horovod. Halving and doubling are exact: the results equal the
+    uncompressed ones bit for bit, and the compressor was called."""
+    from hvlite.torch.compression import Compressor, FP16Compressor, NoneCompressor
+
+    class Halves(Compressor):
+        calls = 0
+
+        @staticmethod
+        def compress(tensor):
+            Halves.calls += 1
+            return tensor * 0.5, 2.0
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tensor * ctx
+
+    failures = []
+    x = torch.arange(10, dtype=torch.float32) * (RANK + 1)
+    want = hvd.allreduce(x, name="halves.plain")
+    for i, comp in enumerate((Halves, NoneCompressor, FP16Compressor)):
+        got = hvd.allreduce(x, compression=comp, name=f"halves.{i}")
+        y = x.clone()
+        hvd.allreduce_(y, compression=comp, name=f"halves.{i}.inplace")
+        g = hvd.grouped_allreduce([x, 2 * x], compression=comp, name=f"halves.{i}.group")
+        if not (torch.equal(got, want) and torch.equal(y, want) and torch.equal(g[0], want)
+                and torch.equal(g[1], 2 * want)):
+            failures.append(f"{comp.__name__}: {got[:3]}, {y[:3]}, {g[0][:3]} against {want[:3]}")
+    model = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    calls = Halves.calls
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters(), compression=Halves)
+    model(torch.full((1, 3), float(RANK + 1))).sum().backward()
+    opt.step()
+    want_w = torch.full((1, 3), 1.0 - np.mean([r + 1 for r in range(N)]))
+    if not torch.equal(model.weight.detach(), want_w) or Halves.calls != calls + 1:
+        failures.append(f"optimizer: {model.weight.detach()}, {Halves.calls - calls} call(s)")
+    if Halves.calls < 4:
+        failures.append(f"the compressor ran {Halves.calls} time(s)")
+    assert_everywhere(failures)
+
+
 def test_compression_on_a_subset():
     """hvd.allreduce and DistributedOptimizer with compression= on a process set (as Horovod
     takes them): the members' mean, over the set's size. The values are exact in float16, so
