@@ -1,5 +1,5 @@
 """A Gantt picture of a trace: per rank, compute spans above communication phases."""
-from hvlite.timeline.report import COMPUTE_TID, is_communication
+from hvlite.timeline.report import COMPUTE_TID, is_communication, pid_order
 
 
 def plot(events, path, title=None):
@@ -9,7 +9,7 @@ def plot(events, path, title=None):
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise SystemExit("hvlite-timeline plot needs matplotlib: pip install 'hvlite[plot]'") from e
-    ranks = sorted({e["pid"] for e in events if e.get("ph") == "X"})
+    ranks = sorted({e.get("pid", 0) for e in events if e.get("ph") == "X"}, key=pid_order)
     if not ranks:
         raise SystemExit("no duration events in the trace")
     t0 = min(float(e["ts"]) for e in events if e.get("ph") == "X")
@@ -18,9 +18,9 @@ def plot(events, path, title=None):
     for i, pid in enumerate(ranks):
         base = i * 3
         comp = [((float(e["ts"]) - t0) / 1e3, float(e.get("dur", 0)) / 1e3) for e in events
-                if e.get("pid") == pid and e.get("ph") == "X" and e.get("tid") == COMPUTE_TID]
+                if e.get("pid", 0) == pid and e.get("ph") == "X" and e.get("tid") == COMPUTE_TID]
         comm = [((float(e["ts"]) - t0) / 1e3, float(e.get("dur", 0)) / 1e3) for e in events
-                if e.get("pid") == pid and is_communication(e)]
+                if e.get("pid", 0) == pid and is_communication(e)]
         ax.broken_barh(comp, (base + 1.55, 0.9), facecolors="#4c72b0", label="compute" if i == 0 else None)
         ax.broken_barh(comm, (base + 0.55, 0.9), facecolors="#dd8452", label="communication" if i == 0 else None)
         ticks += [base + 1.0, base + 2.0]

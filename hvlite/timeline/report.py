@@ -13,21 +13,63 @@ class TruncatedTraceWarning(UserWarning):
 
 
 def load(path):
-    """Events of a trace file. A trace cut short (a job that died, even in the middle of an
-    event) loads up to its last complete event, with a TruncatedTraceWarning saying where it
-    ends; anything that is not a trace at all raises ValueError naming the file."""
+    """Events of a trace file: a JSON array of events, or Chrome's {"traceEvents": [...]}. A
+    trace cut short (a job that died, even in the middle of an event) loads up to its last
+    complete event, with a TruncatedTraceWarning saying where it ends; anything that is not a
+    trace at all, or an event without the fields the summaries read, raises ValueError naming
+    the file (and the event)."""
     with open(path, "rb") as f:
         text = f.read().decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except ValueError:
         pass
+    else:
+        if isinstance(data, dict) and "traceEvents" in data:
+            data = data["traceEvents"]
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: not a trace hvlite can read (a JSON array of events, or "
+                             f"an object with traceEvents), but a JSON {type(data).__name__}")
+        return _checked(data, path)
     events, end, why = _complete_events(text)
     if why is None:
         raise ValueError(f"{path}: not a trace hvlite can read (a JSON array of events)")
     warnings.warn(f"{path}: {why} (at character {end} of {len(text)}): read its {len(events)} "
                   "complete event(s) and dropped the rest; the job that wrote it may have died",
                   TruncatedTraceWarning, stacklevel=2)
+    return _checked(events, path)
+
+
+def pid_order(pid):
+    """Sort key for pids: numbers in order, then strings (Chrome allows either)."""
+    return (isinstance(pid, str), pid if isinstance(pid, str) else float(pid), str(pid))
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _checked(events, path):
+    """`events`, each checked for what the summaries and the plot read: a dict; its pid and tid
+    (where given) numbers or strings; a complete span ("X") with a numeric ts and dur and a
+    string name; args, where given, an object (a thread's name a string)."""
+    for i, e in enumerate(events):
+        why = None
+        if not isinstance(e, dict):
+            why = f"a JSON {type(e).__name__}, not an event object"
+        elif not all(isinstance(e.get(k, 0), (int, float, str)) and not isinstance(
+                e.get(k, 0), bool) for k in ("pid", "tid")):
+            why = "its pid or tid is neither a number nor a string"
+        elif not isinstance(e.get("args", {}), dict):
+            why = "its args are not an object"
+        elif e.get("ph") == "X" and not (_number(e.get("ts")) and _number(e.get("dur", 0))
+                                         and isinstance(e.get("name", ""), str)):
+            why = "a span without a numeric ts and dur, or with a name that is not a string"
+        elif e.get("ph") == "M" and e.get("name") == "thread_name" and not isinstance(
+                e.get("args", {}).get("name"), str):
+            why = "a thread_name record without a name"
+        if why:
+            raise ValueError(f"{path}: event {i} is not one hvlite can read: {why}")
     return events
 
 
@@ -114,11 +156,11 @@ def overlap(events):
             continue
         iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
         if e.get("tid") == COMPUTE_TID:
-            compute[e["pid"]].append(iv)
+            compute[e.get("pid", 0)].append(iv)
         elif is_communication(e):
-            comm[e["pid"]].append(iv)
+            comm[e.get("pid", 0)].append(iv)
     out = {}
-    for pid in sorted(comm):
+    for pid in sorted(comm, key=pid_order):
         c, k = _union(comm[pid]), _union(compute.get(pid, []))
         out[pid] = (_length(c), _intersection(c, k))
     out["all"] = (sum(v[0] for v in out.values()), sum(v[1] for v in out.values()))
@@ -132,13 +174,13 @@ def tensors(events):
     names = {}
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
-            names[(e["pid"], e["tid"])] = e["args"]["name"]
+            names[(e.get("pid", 0), e.get("tid", 0))] = e["args"]["name"]
     for e in events:
         if e.get("ph") != "X" or e.get("tid", 0) < 2:
             continue
-        tensor = names.get((e["pid"], e["tid"]), str(e["tid"]))
+        tensor = names.get((e.get("pid", 0), e.get("tid", 0)), str(e.get("tid", 0)))
         r = rows[tensor]
-        name = e["name"]
+        name = e.get("name", "")
         if is_operation(e):
             r["op"], r["count"] = name, r["count"] + 1
             r["bytes"] = e["args"].get("bytes", 0)
@@ -160,19 +202,19 @@ def per_op(events):
     kinds = {}
     for e in events:
         if e.get("ph") == "X" and is_operation(e):
-            kinds.setdefault((e["pid"], e["tid"]), e["name"])
+            kinds.setdefault((e.get("pid", 0), e.get("tid", 0)), e.get("name", ""))
     count = defaultdict(int)
     intervals = defaultdict(list)
     for e in events:
         if e.get("ph") != "X":
             continue
-        op = kinds.get((e["pid"], e["tid"]))
+        op = kinds.get((e.get("pid", 0), e.get("tid", 0)))
         if op is None:
             continue
         if is_operation(e):
             count[op] += 1
         elif is_communication(e):
-            intervals[(op, e["pid"])].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+            intervals[(op, e.get("pid", 0))].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
     busy = defaultdict(float)
     for (op, _), iv in intervals.items():
         busy[op] += _length(_union(iv))

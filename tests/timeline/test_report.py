@@ -123,6 +123,43 @@ def test_cli_reports_unreadable_file(tmp_path, capsys):
     assert "cannot read trace" in capsys.readouterr().err
 
 
+def test_chromes_object_form_reads_as_the_array(tmp_path, capsys):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": hand_made(), "displayTimeUnit": "ms"}))
+    assert report.overlap(report.load(str(p))) == report.overlap(hand_made())
+    assert main(["summary", str(p)]) == 0
+    assert "grad.w" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("trace, why", [
+    ({"events": []}, "but a JSON dict"),
+    ([1, 2], "event 0 is not one hvlite can read: a JSON int"),
+    ([{"ph": "X", "tid": 0}], "event 0 .* a span without a numeric ts"),
+    ([x("a", 0, 1), {"ph": "X", "ts": "0", "dur": 1}], "event 1 .* a span without a numeric ts"),
+    ([{"name": "thread_name", "ph": "M", "pid": 0, "tid": 2}], "a thread_name record without"),
+    ([x("a", 0, 1, pid=[0])], "its pid or tid is neither"),
+    ([dict(x("a", 0, 1), args=[1])], "its args are not an object"),
+])
+def test_json_that_is_not_a_trace_is_refused_naming_the_file(tmp_path, capsys, trace, why):
+    """JSON that parses but is not a trace is a clear refusal (exit 2), never a traceback from
+    deep in the summaries."""
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace))
+    with pytest.raises(ValueError, match=f"{p}: .*{why}"):
+        report.load(str(p))
+    assert main(["summary", str(p)]) == 2
+    assert f"cannot read trace: {p}" in capsys.readouterr().err
+
+
+def test_string_pids_and_missing_ones_summarise(tmp_path):
+    """Chrome allows string pids, and pid and tid may be left out: the summaries still read."""
+    events = [x("step", 0, 100, tid=0, pid="host-a"), x("MPI_ALLREDUCE", 50, 100, pid="host-a"),
+              {"name": "MPI_ALLREDUCE", "ph": "X", "ts": 0, "dur": 10, "tid": 3}]
+    ov = report.overlap(events)
+    assert ov["host-a"] == pytest.approx((100.0, 50.0)) and ov[0] == pytest.approx((10.0, 0.0))
+    assert "overall" in report.summary_text(events)
+
+
 def test_compressed_allreduces_count_as_allreduces():
     """A compressed all-reduce's row holds its COMPRESS_<METHOD> span before the collective:
     the tables count the all-reduce once, as an all-reduce, and the span is not communication."""
