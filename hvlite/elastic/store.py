@@ -62,14 +62,21 @@ def _warn(message):
 
 # -- files and directories ------------------------------------------------------------------------
 
-def private_dir(path):
+def private_dir(path, own=False):
     """Make the directory `path` (mode 0700 where it is made) and check that it is a directory
-    of this user: a commit directory another user owns could hold commits they planted."""
+    of this user: a commit directory another user owns, or may write into, could hold commits
+    they planted. A directory the user names may be a symbolic link and writable by a group
+    (a team's scratch space), not by everyone unless sticky; one hvlite makes for itself
+    (`own`: a rank's commits, a set-aside generation) must be neither a link nor writable by
+    anyone else."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except FileExistsError:
         pass                                    # not a directory: said below
-    st = os.stat(path)
+    st = os.lstat(path) if own else os.stat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirectoryError(errno.ELOOP, f"the commit directory {path} is a symbolic "
+                                   "link: refusing to read or write commits through it")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeDirectoryError(errno.ENOTDIR, f"the commit directory {path} is not a "
                                    "directory")
@@ -78,6 +85,11 @@ def private_dir(path):
             errno.EPERM, f"the commit directory {path} belongs to user id {st.st_uid}, not to "
             f"this user ({os.geteuid()}): refusing to read or write commits there; use a "
             "directory of your own")
+    if st.st_mode & (0o022 if own else 0o002) and not (st.st_mode & stat.S_ISVTX and not own):
+        raise UnsafeDirectoryError(
+            errno.EPERM, f"the commit directory {path} is writable by "
+            f"{'other users' if own else 'everyone'} (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"refusing to read or write commits there; chmod go-w it")
     return path
 
 
@@ -157,8 +169,12 @@ def read_file(path):
             raise OSError(e.errno, f"{path} is a symbolic link, not a commit") from None
         raise
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if st.st_uid != os.geteuid():       # planted by another user
+            raise UnsafeDirectoryError(errno.EPERM, f"{path} belongs to user id {st.st_uid}, "
+                                       f"not to this user ({os.geteuid()}): not read")
         return f.read()
 
 
@@ -209,7 +225,7 @@ class Store:
         self.root = directory
         self.path = os.path.join(directory, f"rank-{rank}")
         private_dir(directory)
-        private_dir(self.path)
+        private_dir(self.path, own=True)
 
     def commit_path(self, commit_id):
         return os.path.join(self.path, f"commit-{commit_id:010d}.pkl")
@@ -263,7 +279,7 @@ class Store:
         held = self.commits()
         if not held:
             return []
-        dest = private_dir(os.path.join(self.path, f"set-aside-{generation}"))
+        dest = private_dir(os.path.join(self.path, f"set-aside-{generation}"), own=True)
         moved = []
         for commit_id in held:
             src = self.commit_path(commit_id)

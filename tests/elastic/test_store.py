@@ -164,6 +164,48 @@ def test_a_directory_of_another_user_is_refused(tmp_path, monkeypatch):
     Store(str(tmp_path / "d"), 0)
 
 
+def test_a_directory_others_may_write_into_is_refused(tmp_path):
+    """Another user who may write into the commit directory could plant commits: a rank's own
+    directory must be writable by this user only and not a link; the directory the user names
+    may be a group's (a team's scratch space) or a link, but not writable by everyone unless
+    sticky."""
+    top = tmp_path / "top"
+    top.mkdir()
+    Store(str(top), 0)
+    for mode in (0o770, 0o707):
+        os.chmod(top / "rank-0", mode)
+        with pytest.raises(store.UnsafeDirectoryError, match=rf"rank-0 is writable by other "
+                           rf"users \(mode 0{mode:o}\)"):
+            Store(str(top), 0)
+    os.chmod(top / "rank-0", 0o700)
+    os.chmod(top, 0o777)
+    with pytest.raises(store.UnsafeDirectoryError, match=r"top is writable by everyone"):
+        Store(str(top), 0)
+    for fine in (0o1777, 0o770):
+        os.chmod(top, fine)
+        Store(str(top), 0)
+    os.chmod(top, 0o700)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    os.symlink(tmp_path / "elsewhere", top / "rank-1")
+    with pytest.raises(store.UnsafeDirectoryError, match="rank-1 is a symbolic link"):
+        Store(str(top), 1)
+    os.symlink(top, tmp_path / "link")             # the named directory may be a link
+    Store(str(tmp_path / "link"), 0)
+
+
+def test_a_commit_file_of_another_user_is_skipped(tmp_path, monkeypatch):
+    s = Store(str(tmp_path), 0)
+    s.write(1, framed("state"))
+    real = os.geteuid()
+    monkeypatch.setattr(store.os, "geteuid", lambda: real + 1)
+    with pytest.raises(store.UnsafeDirectoryError, match=f"commit-0000000001.pkl belongs to "
+                       f"user id {real}, not to this user"):
+        store.read_file(s.commit_path(1))
+    monkeypatch.setattr(store, "private_dir", lambda path, own=False: path)
+    with pytest.warns(store.CommitWarning, match="skipping commit 1: .* belongs to user id"):
+        assert s.intact_commits() == []
+
+
 def test_a_failed_directory_fsync_is_reported(tmp_path, monkeypatch):
     real = os.fsync
 
