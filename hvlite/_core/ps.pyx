@@ -73,6 +73,17 @@ cdef int _check(int err, what) except -1:
     return check(err, what)
 
 
+cdef int _whole(MPI_Status* st, size_t expected, int tag) except -1:
+    """A received message filled the buffer: a shorter one (a damaged or mistaken peer) would
+    leave the rest of the buffer as it was, read as data (a longer one fails in MPI)."""
+    cdef int count = -1
+    MPI_Get_count(st, MPI_BYTE, &count)
+    if count < 0 or <size_t>count != expected:
+        raise ValueError(f"hvlite.ps: rank {st.MPI_SOURCE} sent {count} bytes (tag {tag}) "
+                         f"where {expected} were expected")
+    return 0
+
+
 cdef char* _data(cnp.ndarray a, size_t* nbytes) except NULL:
     if not cnp.PyArray_IS_C_CONTIGUOUS(a):
         raise ValueError("hvlite.ps: buffers must be C-contiguous")
@@ -162,6 +173,7 @@ cdef class Link:
             MPI_Cancel(&req)
             MPI_Wait(&req, MPI_STATUS_IGNORE)
         _check(err, f"waiting for rank {src}")
+        _whole(&st, n, tag)
         return st.MPI_SOURCE
 
     def recv_all(self, list bufs, list srcs, int tag):
@@ -170,16 +182,22 @@ cdef class Link:
         cdef size_t nb
         cdef char* p
         cdef MPI_Request* reqs = <MPI_Request*>malloc(n * sizeof(MPI_Request))
+        cdef MPI_Status* sts = <MPI_Status*>malloc(n * sizeof(MPI_Status))
         try:
+            if n and (reqs == NULL or sts == NULL):
+                raise MemoryError()
             for i in range(n):
                 p = _data(bufs[i], &nb)
                 _check(MPI_Irecv(p, <int>nb, MPI_BYTE, srcs[i], tag, self.comm, &reqs[i]),
                        f"receive from {srcs[i]}")
             with nogil:
-                err = _poll(reqs, n, NULL, self.timeout)
+                err = _poll(reqs, n, sts, self.timeout)
             _check(err, f"waiting for ranks {srcs}")
+            for i in range(n):
+                _whole(&sts[i], <size_t>cnp.PyArray_NBYTES(bufs[i]), tag)
         finally:
             free(reqs)
+            free(sts)
 
     def probe(self, int src, int tag):
         """Whether a message from src with tag is waiting (no wait)."""

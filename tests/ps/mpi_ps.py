@@ -143,3 +143,34 @@ def test_close_drains_pushes_in_flight():
 def test_bad_settings_are_named_errors_on_every_rank(kw, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         ps.init(init_params(), SGD(0.1), **kw)
+
+
+def test_a_short_message_is_refused_not_read_as_data():
+    """A message shorter than the buffer it lands in (a damaged or mistaken peer) is an error
+    naming the sender, never the buffer's old bytes read as a gradient or parameters."""
+    from hvlite._core.ps import Link
+    comm = MPI.COMM_WORLD.Dup()
+    link = Link(comm, 30.0)
+    failures = []
+    if comm.rank == 1:
+        link.isend(np.ones(2, np.float32), 0, 12)
+        link.isend(np.ones(4, np.float32), 0, 13)
+        link.isend(np.ones(1, np.float32), 0, 14)
+        link.drain()
+    elif comm.rank == 0:
+        for tag, recv in ((12, lambda b: link.recv(b, 1, 12)),
+                          (14, lambda b: link.recv_all([b], [1], 14))):
+            buf = np.full(4, -1.0, np.float32)
+            try:
+                recv(buf)
+                failures.append(f"tag {tag}: a short message was taken: {buf}")
+            except ValueError as e:
+                if f"rank 1 sent {4 if tag == 14 else 8} bytes (tag {tag}) where 16" not in str(e):
+                    failures.append(f"tag {tag}: {e}")
+        whole = np.zeros(4, np.float32)
+        link.recv(whole, 1, 13)                     # a whole message still arrives
+        if not np.array_equal(whole, np.ones(4, np.float32)):
+            failures.append(f"a whole message read {whole}")
+    comm.Barrier()
+    comm.Free()
+    assert_everywhere(failures)
