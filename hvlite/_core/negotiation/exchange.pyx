@@ -5,6 +5,8 @@ is non-blocking and polled through liveness.wait_all, so a wait on a rank that n
 answers pings, pulls idle peers in and ends when a peer is lost."""
 # distutils: language = c++
 from libc.stdint cimport int64_t
+from libc.limits cimport INT_MAX
+from hvlite._core.codes cimport HV_ERR_COUNT
 from mpi4py.libmpi cimport *
 from hvlite._core.liveness cimport wait_all
 from hvlite._core.request cimport *
@@ -26,9 +28,16 @@ cdef int exchange_wait(MPI_Request* r) noexcept nogil:
 
 cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
                           vector[Span]& spans) noexcept nogil:
-    cdef int r, err, total = 0, mine = <int>payload.size()
+    """Rank 0 gathers every rank's payload. MPI's counts are int: a payload, or their sum, past
+    INT_MAX (gigabytes of tensor names) is HV_ERR_COUNT on the rank that sees it, before any
+    count could wrap; that rank's failure reaches the others through the liveness watch."""
+    cdef int r, err, mine
+    cdef int64_t total = 0
     cdef vector[int] lens, displs
     cdef Span sp
+    if payload.size() > <size_t>INT_MAX:
+        return HV_ERR_COUNT
+    mine = <int>payload.size()
     lens.resize(n)
     displs.resize(n)
     cdef MPI_Request req
@@ -37,9 +46,11 @@ cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, 
         err = exchange_wait(&req)
     if not err and rank == 0:
         for r in range(n):
-            displs[r] = total
+            if lens[r] < 0 or total + lens[r] > INT_MAX - 1:
+                return HV_ERR_COUNT
+            displs[r] = <int>total
             total += lens[r]
-        buf.resize(total + 1)
+        buf.resize(<size_t>total + 1)
     if not err:
         err = MPI_Igatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(),
                            displs.data(), MPI_BYTE, 0, comm, &req)
@@ -57,9 +68,13 @@ cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, 
 cdef int exchange_bcast(MPI_Comm comm, int rank, string& resp) noexcept nogil:
     cdef int64_t len64 = <int64_t>resp.size()
     cdef MPI_Request req
+    if rank == 0 and len64 > INT_MAX:       # MPI's count is int (see exchange_gather)
+        return HV_ERR_COUNT
     cdef int err = MPI_Ibcast(&len64, 1, MPI_INT64_T, 0, comm, &req)
     if not err:
         err = exchange_wait(&req)
+    if not err and (len64 < 0 or len64 > INT_MAX):
+        return HV_ERR_COUNT
     if not err and rank != 0:
         resp.resize(<size_t>len64)
     if not err:
