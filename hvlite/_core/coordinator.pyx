@@ -1376,6 +1376,12 @@ cdef class Coordinator(Rounds):
         self.njoined = <int>h.joined_after
         for i in range(h.count):
             get_answer(&rd, &a)
+            # a slot past the cache, or a broadcast's root past the set, would index memory
+            # outside the tables or the segment: the response is malformed (a damaged peer)
+            if not rd.bad and (not -1 <= a.slot < self.cache.capacity or (
+                    a.status == RESP_OK and a.meta.collective == C_BROADCAST
+                    and not 0 <= a.meta.root < self.ctx.size)):
+                rd.bad = True
             if rd.bad:
                 break
             self._take(a, items)

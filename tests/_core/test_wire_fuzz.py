@@ -108,6 +108,21 @@ def test_impossible_codes_are_refused():
             wire.decode_submission(wire.encode_submission(False, False, [(0, "g", bad, 0)]))
 
 
+@pytest.mark.parametrize("field, value", [(0, 2 ** 32), (0, 2 ** 32 + 1), (3, 2 ** 32),
+                                          (3, -(2 ** 31) - 1), (4, 2 ** 40)])
+@pytest.mark.parametrize("error", ["", "DtypeError: bad"])
+def test_codes_past_ints_range_are_refused_not_cut(field, value, error):
+    """A code or root past int's range was cut to its low bits (2**32 read as allreduce, code 0)
+    and passed the table checks; now the field itself is malformed, poisoned requests too."""
+    m = (0, 2, 0, 0, 0, (4,), error, 0)
+    good = wire.encode_submission(False, False, [(0, "grad", m, 0)])
+    # [stopping, joined, kind, len(name)=4, b"grad", collective, dtype, op, root, alg, ...]
+    at = 8 * 3 + 8 + 4 + 8 * field
+    assert wire.decode_submission(good)
+    with pytest.raises(ValueError, match="malformed submission"):
+        wire.decode_submission(good[:at] + I64.pack(value) + good[at + 8:])
+
+
 def test_an_unreadable_submission_is_fatal_and_names_the_rank():
     ctl = Controller(3, cache_capacity=8)
     m = (0, 2, 0, 0, 0, (4,), "", 0)

@@ -7,6 +7,7 @@ The def functions at the end expose the same encoders and decoders to Python, fo
 # distutils: language = c++
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t
+from libc.limits cimport INT_MIN, INT_MAX
 from hvlite._core.codes cimport C_COUNT, DT_COUNT, OP_COUNT, ALG_COUNT
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -68,13 +69,23 @@ cdef string get_str(Reader* r) noexcept nogil:
     return s
 
 
+cdef int _get_int(Reader* r) noexcept nogil:
+    """An int field: a value past int's range is malformed, not cut to its low bits (256 would
+    pass as code 0)."""
+    cdef int64_t v = get_i64(r)
+    if v < INT_MIN or v > INT_MAX:
+        r.bad = True
+        return 0
+    return <int>v
+
+
 cdef void get_meta(Reader* r, Meta* m) noexcept nogil:
     cdef int64_t i, nd
-    m.collective = <int>get_i64(r)
-    m.dtype = <int>get_i64(r)
-    m.op = <int>get_i64(r)
-    m.root = <int>get_i64(r)
-    m.algorithm = <int>get_i64(r)
+    m.collective = _get_int(r)
+    m.dtype = _get_int(r)
+    m.op = _get_int(r)
+    m.root = _get_int(r)
+    m.algorithm = _get_int(r)
     nd = get_i64(r)
     m.shape.clear()
     if nd < 0 or <uint64_t>nd > (r.n - r.off) // 8:      # a corrupt count allocates nothing
