@@ -93,6 +93,19 @@ cdef inline void _table(ShmArea* a, int r, int parity, Table* t) noexcept nogil:
     t.w = s + HEAD
 
 
+cdef bint _same_pieces(const Table* t, const ShmPiece* p, size_t np) noexcept nogil:
+    """A peer's table lays out the batch as this rank's own pieces do (the same tensors, so the
+    same starts and counts): one that does not (damaged shared memory) would send the reads
+    and writes below outside the buffers."""
+    cdef size_t k
+    if t.np != np:
+        return False
+    for k in range(np):
+        if t.w[k * PER] != <int64_t>p[k].start or t.w[k * PER + 1] != <int64_t>p[k].count:
+            return False
+    return True
+
+
 cdef size_t _find(const int64_t* w, size_t np, size_t at) noexcept nogil:
     """The piece holding batch element `at` (the last piece starting at or before it)."""
     cdef size_t lo = 0, hi = np, mid
@@ -382,6 +395,12 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
         free(loc)
         free(acc)
         return 1
+    for r in range(a.L if tables != NULL else 0):
+        if not _same_pieces(&tables[r], p, np):     # every rank reads the same words: the
+            free(tables)                            # same verdict everywhere
+            free(loc)
+            free(acc)
+            return HV_ERR_SHM
     if tables == NULL or loc == NULL or acc == NULL:
         err = HV_ERR_NOMEM      # still through every barrier, so no peer is left waiting
     rem = loc + NIOV if loc != NULL else NULL
