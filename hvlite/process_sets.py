@@ -55,9 +55,16 @@ class ProcessSet:
         return len(self.ranks) if self._live() else None
 
     def included(self):
-        """Whether this rank belongs to the set; None when it is not registered."""
+        """Whether this rank belongs to the set, from its ranks, registered or not (Horovod's
+        rule: a set made but not yet added, or removed, still answers); None while its ranks
+        are unknown."""
+        if self.ranks is None:
+            return None
         rt = self._live()
-        return None if rt is None else rt.rank in self.ranks
+        if rt is None:
+            from hvlite import runtime      # (runtime imports this module)
+            rt = runtime.identity()         # not initialized: raises, as hvlite.rank() does
+        return rt.rank in self.ranks
 
     def rank(self):
         """This rank's position in the set (the index into allgather's result); None when the

@@ -245,8 +245,14 @@ def test_remove_then_use_then_add_again():
         hvd.allreduce(np.ones(2), name="before.removal", process_set=ps)
     assert hvd.remove_process_set(ps) is True
     failures = []
-    if ps.size() is not None or ps.included() is not None or ps.process_set_id is not None:
+    # Horovod's rule: size() and rank() are None once removed; included() still answers from
+    # the set's ranks
+    if (ps.size() is not None or ps.included() != (RANK in ranks)
+            or ps.process_set_id is not None):
         failures.append(f"removed set still answers: {ps} {ps.size()}")
+    fresh = hvd.ProcessSet([0])                  # made, never added: Horovod answers from ranks
+    if fresh.included() != (RANK == 0) or fresh.size() is not None:
+        failures.append(f"an unregistered set: included {fresh.included()}, size {fresh.size()}")
     try:
         hvd.allreduce(np.ones(2), process_set=ps)
         failures.append("a collective on a removed set did not raise")

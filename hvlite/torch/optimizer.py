@@ -6,6 +6,8 @@ each rank steps locally and Adasum combines the ranks' parameter updates.
 The returned object is an instance of a subclass of the wrapped optimizer's class holding the
 same state, so isinstance checks and torch.optim.lr_scheduler work on it as they do in Horovod.
 """
+import numbers
+import os
 import warnings
 from contextlib import contextmanager
 
@@ -95,7 +97,11 @@ class _DistributedMixin:
                     self._group_of[p] = grp
         self._compute_t0 = None         # when this step's compute began (for the timeline)
         self._hooks = []
-        if getattr(process_set, "included", lambda: True)():
+        # Horovod's rule: no hooks on one rank outside an elastic job (the reductions happen in
+        # synchronize()), so backward() may run more than once before step() there
+        if getattr(process_set, "included", lambda: True)() and (
+                _hv.size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"
+                or os.environ.get("HVLITE_ELASTIC_DIR")):
             self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook())
                            for p in trainable]
 
@@ -340,9 +346,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if adasum and getattr(compression, "method", "none") not in ("none", "fp16", "bf16"):
         raise ValueError(f"DistributedOptimizer: op=Adasum takes Compression.none, fp16 or bf16, "
                          f"not {compression!r}")
-    if num_groups and groups is not None:
-        raise ValueError("give num_groups or groups, not both")
-    if groups is not None and not isinstance(groups, list):
+    if num_groups:          # Horovod: deprecated for groups, which win when both are given
+        warnings.warn("DistributedOptimizer: num_groups is deprecated; use groups",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+        num_groups = 0
+    if (not isinstance(backward_passes_per_step, numbers.Integral) or backward_passes_per_step <= 0
+            or isinstance(backward_passes_per_step, bool)):
+        raise ValueError(f"backward_passes_per_step must be a positive integer, got "
+                         f"{backward_passes_per_step!r}")
+    if groups is not None and not isinstance(groups, (list, int)):
         raise ValueError("groups must be a list of lists of parameters")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "

@@ -90,3 +90,9 @@ def test_horovods_gpu_rules_on_a_stand_in(mpirun, n, aware):
                  env={"HVLITE_PROBE": "0", "HVLITE_CUDA_CHUNK_BYTES": "4096",
                       "HVLITE_CALIBRATE": "0", "HVLITE_CUDA_AWARE": aware})
     assert out.count("device rules ok") == n
+
+
+def test_one_rank_as_horovod_has_it(mpirun):
+    """DistributedOptimizer on one process: no hooks outside an elastic job, argument checks."""
+    pytest.importorskip("torch")
+    mpirun(1, "tests/torch/mpi_torch_one_rank.py", timeout=120)
