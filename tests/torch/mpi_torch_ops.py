@@ -476,6 +476,16 @@ def test_objects_barrier_join():
     assert_everywhere(fails)
 
 
+def test_objects_travel_by_cloudpickle_as_in_horovod():
+    """Horovod's object collectives pickle with cloudpickle: a lambda or a closure arrives."""
+    pytest.importorskip("cloudpickle")
+    k = 7
+    fn = hvd.broadcast_object(lambda x: x * k + RANK, root_rank=0, name="obj.lambda")
+    fns = hvd.allgather_object(lambda: RANK * k, name="obj.closures")
+    ok = fn(1) == 7 and [f() for f in fns] == [r * k for r in range(N)]
+    assert_everywhere([] if ok else [f"lambda gave {fn(1)}, closures {[f() for f in fns]}"])
+
+
 # ---- errors: Horovod's built-in types, on every rank, and the runtime stays usable -----------
 
 def _kind(fn):
