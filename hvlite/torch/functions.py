@@ -115,4 +115,14 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
     for h in handles:
         h.synchronize()
     if not mine:
+        # Horovod writes root's values into the optimizer's own groups: a scheduler, or any
+        # code holding the groups (or, for a wrapped optimizer, the original object sharing
+        # them), keeps seeing the optimizer's; load_state_dict makes new ones, so the loaded
+        # values go back into the old list and dicts
+        groups = optimizer.param_groups
+        kept = list(groups)
         optimizer.load_state_dict(_join(skeleton, work))
+        for old, new in zip(kept, optimizer.param_groups):
+            old.update(new)
+        groups[:] = kept
+        optimizer.param_groups = groups

@@ -463,6 +463,30 @@ def test_broadcast_optimizer_state(name):
     assert_everywhere(fails)
 
 
+def test_broadcast_optimizer_state_keeps_the_optimizers_own_groups():
+    """Horovod writes root's options into the optimizer's groups: the group dicts (and, for a
+    wrapped optimizer, the list the original object shares) stay the ones a scheduler made
+    before the wrap, or any other code, holds."""
+    m = model(seed=0)
+    inner = torch.optim.SGD(m.parameters(), lr=0.1 * (RANK + 1), momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(inner, named_parameters=m.named_parameters())
+    held, group = opt.param_groups, opt.param_groups[0]
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    fails = []
+    if opt.param_groups is not held or opt.param_groups[0] is not group:
+        fails.append("the optimizer's groups were replaced")
+    if group["lr"] != 0.1 or inner.param_groups[0] is not group:
+        fails.append(f"lr {group['lr']}, shared with the original: "
+                     f"{inner.param_groups[0] is group}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sched.step()                    # the scheduler still drives the wrapped optimizer's lr
+    if opt.param_groups[0]["lr"] != 0.05:
+        fails.append(f"after the scheduler's step: lr {opt.param_groups[0]['lr']}")
+    assert_everywhere(fails)
+
+
 def test_broadcast_state_of_distributed_optimizer():
     m = model(seed=RANK)
     opt = hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01 * (RANK + 1)),
