@@ -55,28 +55,56 @@ def _tensor_in(data):
 codec.register(_TAG, torch.Tensor, _tensor_out, _tensor_in)
 
 
+def _live(obj):
+    """Objects restored in place through their state_dict, as Horovod's handlers do: a module
+    or an optimizer (the caller holds them; a copy put back by setattr would leave the caller's
+    untouched)."""
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
+
+
+def _snapshot(obj):
+    if isinstance(obj, torch.nn.Module):
+        return {k: v.detach().clone() for k, v in obj.state_dict().items()}
+    return copy.deepcopy(obj.state_dict())
+
+
+def _load(obj, snap):
+    obj.load_state_dict(snap if isinstance(obj, torch.nn.Module) else copy.deepcopy(snap))
+
+
 class TorchState(ObjectState):
-    """Horovod's TorchState(model=None, optimizer=None, **kwargs); `trusted=True` as in
-    ObjectState."""
+    """Horovod's TorchState(model=None, optimizer=None, **kwargs): the model, the optimizer and
+    every other module or optimizer among the keyword arguments (a GAN's discriminator and its
+    optimizer, say) are saved by state_dict and restored in place; other keyword arguments are
+    ObjectState's attributes. `trusted=True` as in ObjectState."""
 
     def __init__(self, model=None, optimizer=None, *, trusted=False, **kwargs):
         for reserved in ("model", "optimizer"):
             if reserved in kwargs:
                 raise TypeError(f"TorchState: {reserved!r} is the state's own argument")
         self.model, self.optimizer = model, optimizer
+        self._live_names = sorted(k for k, v in kwargs.items() if _live(v))
+        live = {k: kwargs.pop(k) for k in self._live_names}
         super().__init__(trusted=trusted, **kwargs)
+        for k, v in live.items():
+            setattr(self, k, v)
 
     def _capture(self):
-        model = None if self.model is None else {
-            k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        opt = None if self.optimizer is None else copy.deepcopy(self.optimizer.state_dict())
-        return {"model": model, "optimizer": opt, "objects": super()._capture()}
+        model = None if self.model is None else _snapshot(self.model)
+        opt = None if self.optimizer is None else _snapshot(self.optimizer)
+        out = {"model": model, "optimizer": opt, "objects": super()._capture()}
+        if self._live_names:            # (a commit without them reads as before)
+            out["live"] = {k: _snapshot(getattr(self, k)) for k in self._live_names}
+        return out
 
     def _apply(self, payload):
         if self.model is not None and payload["model"] is not None:
-            self.model.load_state_dict(payload["model"])
+            _load(self.model, payload["model"])
         if self.optimizer is not None and payload["optimizer"] is not None:
-            self.optimizer.load_state_dict(copy.deepcopy(payload["optimizer"]))
+            _load(self.optimizer, payload["optimizer"])
+        for k, snap in payload.get("live", {}).items():
+            if k in self._live_names:
+                _load(getattr(self, k), snap)
         super()._apply(payload["objects"])
 
 

@@ -63,3 +63,37 @@ def test_torch_state(monkeypatch):
     assert_everywhere(bad)
     with pytest.raises(TypeError, match="model"):
         hvd.elastic.TorchState(model, opt, model=1)
+
+
+def test_other_modules_and_optimizers_are_restored_in_place(monkeypatch):
+    """Horovod's handlers: every module and optimizer among the keyword arguments (a GAN's
+    discriminator and its optimizer) is saved by state_dict and restored into the caller's own
+    objects, by sync (rank 0's everywhere, then a relaunch from the commit) and by restore."""
+    monkeypatch.setenv("HVLITE_ELASTIC_DIR", os.path.join(os.environ["HVLITE_TEST_ELASTIC_BASE"],
+                                                          "gan"))
+    bad = []
+    model, opt = setup(1 + RANK)
+    disc, opt_d = setup(10 + RANK)
+    state = hvd.elastic.TorchState(model, opt, disc=disc, opt_d=opt_d, epoch=0)
+    state.sync()
+    if state.disc is not disc or len(set(hvd.allgather_object(flat(disc).sum().item()))) != 1:
+        bad.append("sync did not give every rank rank 0's discriminator, in the caller's object")
+    steps(disc, opt_d, 2)
+    state.commit()
+    want = flat(disc)
+    momentum = [opt_d.state[p]["momentum_buffer"].clone() for p in disc.parameters()]
+    with torch.no_grad():
+        for p in disc.parameters():
+            p.add_(100.0)
+    state.restore()
+    if not torch.equal(flat(disc), want):
+        bad.append("restore did not roll the caller's discriminator back")
+    model2, opt2 = setup(50 + RANK)              # the relaunch
+    disc2, opt_d2 = setup(60 + RANK)
+    state2 = hvd.elastic.TorchState(model2, opt2, disc=disc2, opt_d=opt_d2, epoch=-1)
+    state2.sync()
+    got = [opt_d2.state[p]["momentum_buffer"] for p in disc2.parameters()]
+    if not torch.equal(flat(disc2), want) or not all(
+            torch.equal(a, b) for a, b in zip(got, momentum)):
+        bad.append("the relaunch did not restore the discriminator and its optimizer")
+    assert_everywhere(bad)

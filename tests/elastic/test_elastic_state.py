@@ -90,6 +90,41 @@ def test_torch_state_round_trip_in_process():
         hvd.elastic.TorchState(model, opt, model=1)
 
 
+def test_torch_states_other_modules_and_optimizers_in_place():
+    """Horovod's handlers: a module or optimizer among the keyword arguments (a GAN's
+    discriminator and its optimizer) is saved by state_dict and restored into the caller's own
+    object, by restore() and from a commit (read back by the restricted reader)."""
+    torch = pytest.importorskip("torch")
+    import hvlite.torch as hvd
+    from hvlite.elastic import codec
+
+    def setup(seed):
+        torch.manual_seed(seed)
+        disc = torch.nn.Linear(3, 2)
+        return disc, torch.optim.SGD(disc.parameters(), lr=0.1, momentum=0.9)
+
+    disc, opt_d = setup(1)
+    opt_d.zero_grad()
+    disc(torch.ones(4, 3)).sum().backward()
+    opt_d.step()
+    state = hvd.elastic.TorchState(None, None, disc=disc, opt_d=opt_d, epoch=3)
+    state.save()
+    want = [p.detach().clone() for p in disc.parameters()]
+    with torch.no_grad():
+        for p in disc.parameters():
+            p.add_(100.0)
+    state.restore()
+    assert state.disc is disc and state.opt_d is opt_d
+    assert all(torch.equal(p, w) for p, w in zip(disc.parameters(), want))
+    disc2, opt_d2 = setup(2)
+    state2 = hvd.elastic.TorchState(disc=disc2, opt_d=opt_d2, epoch=0)
+    state2._apply(codec.decode(b"".join(codec.encode({}, state._saved)))[1])
+    assert state2.disc is disc2 and state2.epoch == 3
+    assert all(torch.equal(p, w) for p, w in zip(disc2.parameters(), want))
+    assert all(torch.equal(opt_d2.state[p2]["momentum_buffer"], opt_d.state[p]["momentum_buffer"])
+               for p, p2 in zip(disc.parameters(), disc2.parameters()))
+
+
 @pytest.mark.elastic_long
 def test_torch_state_under_mpiexec(mpirun, tmp_path):
     pytest.importorskip("torch")
