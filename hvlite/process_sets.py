@@ -11,27 +11,45 @@ order each rank happened to reach them, and ranks that own different sets would 
 separate threads a set waits only for its own members, and an idle set sleeps.
 """
 import dataclasses
+import sys
 import threading
 import weakref
 
 import numpy as np
 
-from hvlite.errors import InvalidArgumentError
+from hvlite.errors import InvalidArgumentError, NotInitializedError
 from hvlite.outputs import MIN_BYTES, OutputPool
 from hvlite.config import ALGORITHMS
 from hvlite.ops import ReduceOp
 
 
+def _is_comm(obj):
+    """An mpi4py communicator. mpi4py.MPI is looked up, never imported here: importing it
+    starts MPI at its default thread level, before init() could set hvlite's."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    return MPI is not None and isinstance(obj, MPI.Comm)
+
+
 class ProcessSet:
     """Ranks (of the global communicator) that run collectives together. Make one from a list
-    of ranks, then pass it to hvlite.init(process_sets=[...]) or hvlite.add_process_set()."""
+    of ranks, then pass it to hvlite.init(process_sets=[...]) or hvlite.add_process_set(). Or,
+    as in Horovod, from an mpi4py communicator (each rank its own, e.g. from Split; MPI's
+    COMM_NULL on a rank outside every such set) for init(process_sets=[...]): init() makes one
+    set of every distinct group the ranks' communicators hold, and this object becomes the one
+    of this rank's communicator (its ranks are None until then)."""
 
     process_set_id = None
     ranks = None
+    mpi_comm = None
 
     def __init__(self, ranks):
+        if _is_comm(ranks):
+            self.mpi_comm = ranks
+            self._runtime = None
+            return
         if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
-            raise InvalidArgumentError(f"ProcessSet needs a list of ranks, got {ranks!r}")
+            raise InvalidArgumentError(f"ProcessSet needs a list of ranks or an mpi4py "
+                                       f"communicator, got {ranks!r}")
         ranks = list(ranks)
         bad = [r for r in ranks if not isinstance(r, (int, np.integer)) or isinstance(r, bool)]
         if bad:
@@ -60,10 +78,10 @@ class ProcessSet:
         are unknown."""
         if self.ranks is None:
             return None
-        rt = self._live()
+        rt = self._live() or global_process_set._live()
         if rt is None:
-            from hvlite import runtime      # (runtime imports this module)
-            rt = runtime.identity()         # not initialized: raises, as hvlite.rank() does
+            raise NotInitializedError("hvlite has not been initialized; call hvlite.init() "
+                                      "first")
         return rt.rank in self.ranks
 
     def rank(self):

@@ -216,9 +216,66 @@ def build_identity():
 
 
 def _set_ranks(process_sets):
-    """The static process sets as rank lists (what init() compares and remembers)."""
-    return [list(p.ranks) if isinstance(p, _ps.ProcessSet) else list(_ps.ProcessSet(p).ranks)
-            for p in process_sets or ()]
+    """The static process sets as rank lists (what init() compares and remembers); a set made
+    from a communicator and not yet resolved is ["comm", k] (its k-th such entry)."""
+    out, k = [], 0
+    for p in process_sets or ():
+        p = p if isinstance(p, _ps.ProcessSet) else _ps.ProcessSet(p)
+        if p.ranks is None and p.mpi_comm is not None:
+            out.append(["comm", k])
+            k += 1
+        else:
+            out.append(list(p.ranks))
+    return out
+
+
+def _comm_members(process_sets, base, MPI):
+    """For each set made from a communicator, in order: the ranks (of `base`) of this rank's
+    communicator, [] for MPI's COMM_NULL. Local: init()'s one allgather shares them."""
+    out = []
+    for p in process_sets or ():
+        if not (isinstance(p, _ps.ProcessSet) and p.ranks is None and p.mpi_comm is not None):
+            continue
+        c = p.mpi_comm
+        if c == MPI.COMM_NULL:
+            out.append([])
+            continue
+        group, whole = c.Get_group(), base.Get_group()
+        try:
+            ranks = MPI.Group.Translate_ranks(group, list(range(c.Get_size())), whole)
+        finally:
+            group.Free()
+            whole.Free()
+        if any(r == MPI.UNDEFINED for r in ranks):
+            raise InvalidArgumentError(f"{_SETS_KEY}: a communicator holds processes outside "
+                                       "hvlite's communicator")
+        out.append(sorted(int(r) for r in ranks))
+    return out
+
+
+def _expand(process_sets, sets, members, everyone):
+    """The static sets with each communicator entry replaced by every distinct group the ranks'
+    communicators hold (in the order of the lowest rank holding it): (ProcessSet objects to
+    register, their rank lists). This rank's own group is the user's object."""
+    objects, lists, k = [], [], 0
+    for p, ranks in zip(process_sets or (), sets):
+        if ranks[:1] != ["comm"]:
+            objects.append(p)
+            lists.append(ranks)
+            continue
+        groups = []
+        for theirs in everyone:
+            if theirs[k] and theirs[k] not in groups:
+                groups.append(theirs[k])
+        for g in groups:
+            if g == members[k]:
+                p.ranks = list(g)
+                objects.append(p)
+            else:
+                objects.append(_ps.ProcessSet(g))
+            lists.append(list(g))
+        k += 1
+    return objects, lists
 
 
 _SETS_KEY = "init(process_sets=...)"
@@ -242,11 +299,12 @@ def _read_arguments(process_sets):
         return settings, [], (InvalidArgumentError, f"{_SETS_KEY}: {e}")
 
 
-def _agree(base, MPI, settings, sets, problem):
+def _agree(base, MPI, settings, sets, problem, members=()):
     """The one agreement step of init(): a single allgather on the user's communicator, before
     anything else is set up, of this rank's problem (or None) and the values every rank must
     share. When any rank failed or any value differs, every rank raises: ConfigError for
-    settings, InvalidArgumentError when only init()'s process_sets argument is at fault."""
+    settings, InvalidArgumentError when only init()'s process_sets argument is at fault.
+    Returns every rank's `members` (sets made from communicators: _comm_members)."""
     mine = None
     if problem is None:
         mine = dict(_config.agreed_values(settings))
@@ -256,18 +314,19 @@ def _agree(base, MPI, settings, sets, problem):
         mine[_SETS_KEY] = sets
         mine["hvlite build (version+core modules)"] = build_identity()
     kind = problem[0].__name__ if problem else None
-    everyone = base.allgather((kind, problem and problem[1], mine))
-    failed = [(r, k, text) for r, (k, text, _) in enumerate(everyone) if k is not None]
+    everyone = base.allgather((kind, problem and problem[1], mine, list(members)))
+    failed = [(r, k, text) for r, (k, text, _, _) in enumerate(everyone) if k is not None]
     if failed:
         cls = ConfigError if any(k == "ConfigError" for _, k, _ in failed) else InvalidArgumentError
         lines = "; ".join(f"rank {r}: {text}" for r, _, text in failed)
         raise cls(f"hvlite.init() failed on rank(s) {[r for r, _, _ in failed]}: {lines}")
-    differ = _config.disagreements([m for _, _, m in everyone])
+    differ = _config.disagreements([m for _, _, m, _ in everyone])
     if differ:
         only_sets = len(differ) == 1 and differ[0].startswith(_SETS_KEY)
         raise (InvalidArgumentError if only_sets else ConfigError)(
             "hvlite.init(): ranks disagree on settings that must be the same everywhere: " +
             "; ".join(differ))
+    return [m for _, _, _, m in everyone]
 
 
 def _same_comm(a, b):
@@ -298,6 +357,9 @@ def _check_repeat(rt, comm, process_sets):
         wanted = _set_ranks(process_sets)
     except Exception as e:      # noqa: BLE001
         raise InvalidArgumentError(f"init(process_sets=...): {e}") from None
+    if any(w[:1] == ["comm"] for w in wanted):       # not resolved: new objects, another call
+        raise InvalidArgumentError("init(process_sets=...): hvlite is already initialized; "
+                                   "sets made from communicators are made by the first init()")
     if wanted != rt.static_sets:
         raise InvalidArgumentError(f"init(process_sets={wanted}): hvlite is already initialized "
                                    f"with process sets {rt.static_sets}; call shutdown() first")
@@ -320,10 +382,21 @@ def init(comm=None, process_sets=None):
     if _lost is not None:
         raise LostRankError(f"hvlite.init(): MPI cannot be used again in this process after a "
                             f"lost rank ({_lost})")
+    if isinstance(process_sets, (list, tuple)):     # a bare communicator stands for its set
+        process_sets = [_ps.ProcessSet(p) if _ps._is_comm(p) else p for p in process_sets]
     settings, sets, problem = _read_arguments(process_sets)
     MPI = _mpi((settings or _config.Settings()).mpi_thread_level)
     base = MPI.COMM_WORLD if comm is None else comm
-    _agree(base, MPI, settings, sets, problem)
+    members = []
+    if problem is None:
+        try:
+            members = _comm_members(process_sets if not isinstance(process_sets, str) else (),
+                                    base, MPI)
+        except Exception as e:      # noqa: BLE001 - told to every rank by the agreement
+            problem = (InvalidArgumentError, f"{_SETS_KEY}: {e}")
+    everyone = _agree(base, MPI, settings, sets, problem, members)
+    static, sets = _expand(process_sets if not isinstance(process_sets, str) else (), sets,
+                           members, everyone)
     if base.Get_rank() == 0:
         for name, close in _config.unknown_variables():
             hint = f"; did you mean {close}?" if close else ""
@@ -332,7 +405,6 @@ def init(comm=None, process_sets=None):
         for name, why in _config.ignored_horovod_variables():
             warnings.warn(f"hvlite: {name} is Horovod's and means nothing here: {why}",
                           stacklevel=3)
-    static = process_sets if not isinstance(process_sets, str) else None
     _current = rt = Runtime(comm, settings)
     rt.pid = os.getpid()
     rt.static_sets = sets

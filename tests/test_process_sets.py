@@ -41,3 +41,11 @@ def test_the_guide_snippet_runs_as_printed():
     out = run_mpi(4, "tests/psets_failure.py", "doc", pytest_module=False, timeout=90,
                   env={"HVLITE_DYNAMIC_PROCESS_SETS": "1"})
     assert all(f"rank {r}: done" in out for r in range(4)), out[-3000:]
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_sets_from_communicators(mpirun, n):
+    """ProcessSet(comm) as in Horovod: one set per distinct group of the ranks' communicators."""
+    out = mpirun(n, "tests/psets_from_comms.py", pytest_module=False, timeout=90)
+    for r in range(n):
+        assert f"rank {r}: sets from communicators ok" in out, out
