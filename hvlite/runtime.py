@@ -382,7 +382,8 @@ def init(comm=None, process_sets=None):
     if _lost is not None:
         raise LostRankError(f"hvlite.init(): MPI cannot be used again in this process after a "
                             f"lost rank ({_lost})")
-    if isinstance(process_sets, (list, tuple)):     # a bare communicator stands for its set
+    if process_sets is not None and not isinstance(process_sets, str) and hasattr(
+            process_sets, "__iter__"):      # read twice below; a bare communicator: its set
         process_sets = [_ps.ProcessSet(p) if _ps._is_comm(p) else p for p in process_sets]
     settings, sets, problem = _read_arguments(process_sets)
     MPI = _mpi((settings or _config.Settings()).mpi_thread_level)

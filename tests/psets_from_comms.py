@@ -30,6 +30,12 @@ if got[0] != sum(want):
     fails.append(f"allreduce on the set gave {got[0]}, expected {sum(want)}")
 if (solo.ranks, solo.process_set_id is not None) != (([0], True) if r == 0 else (None, False)):
     fails.append(f"COMM_NULL's set: ranks {solo.ranks}, id {solo.process_set_id}")
+hvd.shutdown()
+# init() reads its process sets twice (their ranks, then to register them): a generator works
+hvd.init(process_sets=(hvd.ProcessSet(c) for c in (parity,)))
+groups = [ps.ranks for ps in hvd._current().registry.sets()]
+if groups != expected[:3]:
+    fails.append(f"from a generator: registered {groups}")
 assert_everywhere(fails)
 print(f"rank {r}: sets from communicators ok", flush=True)
 hvd.shutdown()
