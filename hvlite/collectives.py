@@ -250,10 +250,10 @@ def _object_name(st, kind, name):
     return st.auto_name(kind) if name is None or name == "" else str(name)
 
 
-def _dumps(obj):
+def dump_object(obj):
     """pickle's bytes, by cloudpickle where it is installed (as Horovod's object collectives
-    pickle): lambdas, closures and classes from `__main__` travel by value. Either is read
-    back by pickle.loads."""
+    and horovod.run pickle): lambdas, closures and classes from `__main__` travel by value.
+    Either is read back by pickle.loads."""
     try:
         import cloudpickle
     except ImportError:
@@ -265,7 +265,7 @@ def _pickled(obj, st, kind, name, root=0):
     """obj pickled into bytes; a pickling failure poisons the first step (name.size), so the
     other ranks fail too instead of waiting for it."""
     try:
-        return np.frombuffer(_dumps(obj), dtype=np.uint8)
+        return np.frombuffer(dump_object(obj), dtype=np.uint8)
     except Exception as e:      # noqa: BLE001 - any pickling failure
         error = InvalidArgumentError(f"{_KIND_NAMES[kind]} {name!r}: cannot pickle the object: "
                                      f"{type(e).__name__}: {e}")

@@ -13,19 +13,13 @@ import subprocess
 import sys
 import tempfile
 
+from hvlite.collectives import dump_object
+
 PAYLOAD = "payload.pkl"
 
 
 class RunError(RuntimeError):
     """The job failed; the message carries the end of its output."""
-
-
-def _dumps(obj):
-    try:
-        import cloudpickle
-        return cloudpickle.dumps(obj)
-    except ImportError:
-        return pickle.dumps(obj)
 
 
 def run(func, args=(), kwargs=None, np=1, hosts=None, hostfile=None, env=None, verbose=False,
@@ -43,7 +37,7 @@ def run(func, args=(), kwargs=None, np=1, hosts=None, hostfile=None, env=None, v
     work = tempfile.mkdtemp(prefix="hvlite-run-")     # 0700: no other user reads or plants files
     try:
         with open(os.path.join(work, PAYLOAD), "wb") as f:
-            f.write(_dumps((func, tuple(args), dict(kwargs or {}))))
+            f.write(dump_object((func, tuple(args), dict(kwargs or {}))))
         python = executable or sys.executable
         cmd = [python, "-m", "hvlite.run", "-np", str(int(np))]
         if hosts:

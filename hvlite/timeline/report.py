@@ -40,6 +40,11 @@ def load(path):
     return _checked(events, path)
 
 
+def _row(e):
+    """(pid, tid) of an event: Chrome lets either be left out (0)."""
+    return e.get("pid", 0), e.get("tid", 0)
+
+
 def pid_order(pid):
     """Sort key for pids: numbers in order, then strings (Chrome allows either)."""
     return (isinstance(pid, str), pid if isinstance(pid, str) else float(pid), str(pid))
@@ -174,11 +179,11 @@ def tensors(events):
     names = {}
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
-            names[(e.get("pid", 0), e.get("tid", 0))] = e["args"]["name"]
+            names[_row(e)] = e["args"]["name"]
     for e in events:
         if e.get("ph") != "X" or e.get("tid", 0) < 2:
             continue
-        tensor = names.get((e.get("pid", 0), e.get("tid", 0)), str(e.get("tid", 0)))
+        tensor = names.get(_row(e), str(_row(e)[1]))
         r = rows[tensor]
         name = e.get("name", "")
         if is_operation(e):
@@ -202,13 +207,13 @@ def per_op(events):
     kinds = {}
     for e in events:
         if e.get("ph") == "X" and is_operation(e):
-            kinds.setdefault((e.get("pid", 0), e.get("tid", 0)), e.get("name", ""))
+            kinds.setdefault(_row(e), e.get("name", ""))
     count = defaultdict(int)
     intervals = defaultdict(list)
     for e in events:
         if e.get("ph") != "X":
             continue
-        op = kinds.get((e.get("pid", 0), e.get("tid", 0)))
+        op = kinds.get(_row(e))
         if op is None:
             continue
         if is_operation(e):
