@@ -112,7 +112,7 @@ def _widen_submit_race(double seconds):
 
 def _slow_carry(double seconds):
     """Tests only: an all-reduce's copy that rides with the vote, where a calibration may time
-    the call, takes `seconds` longer (spinning), as a slow copy would."""
+    the call, takes `seconds` longer (asleep), as a slow copy would."""
     global _carry_pause
     _carry_pause = seconds
 
@@ -1147,7 +1147,8 @@ cdef class Coordinator(Rounds):
             shm_preload(&self.ctx.shm, self.ride.nwords, 0, req.input, nbytes)
             if timed:
                 while _carry_pause > 0 and hv_now() - t < _carry_pause:
-                    pass
+                    hv_sleep(2e-4)  # (asleep, not spinning: with more ranks than cores a spin
+                                    # spends the slice its peers' next step waits for)
                 self.ctx.shm.pre_seconds = hv_now() - t
         elif m.collective == C_BROADCAST and self.node_copies and nbytes < SHM_COPY_MAX:
             shm_preload(&self.ctx.shm, self.ride.nwords, 0,

@@ -448,7 +448,7 @@ def test_a_process_set_measures_for_itself():
 def test_a_copy_that_rides_with_the_vote_counts_in_shm_time():
     """A small all-reduce that goes through the shared segment (auto's pick, or before its
     trials the model's) copies its data beside the vote, before the call's timing begins. The
-    copy is shm's work: slowed by 3 ms on every rank (a test hook spins inside it), shm's trial
+    copy is shm's work: slowed by 3 ms on every rank (a test hook sleeps inside it), shm's trial
     time must include it, and the class must keep another algorithm. Before, the copy was not
     counted, and shm's trials at 256 KiB on 2 ranks read 19.6 us where its calls took 34 us,
     ahead of rhd's 25 us."""
