@@ -30,8 +30,8 @@ from hvlite.config import VERSION as __version__
 
 
 def init(comm=None, process_sets=None):
-    """Initialize hvlite (idempotent). `comm`: an mpi4py communicator to work on; COMM_WORLD
-    by default. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it.
+    """Initialize hvlite (idempotent). `comm`: an mpi4py communicator to work on (COMM_WORLD
+    by default) or, as in Horovod, a list of COMM_WORLD's ranks that each call init() with it. MPI is initialized at HVLITE_MPI_THREAD_LEVEL unless mpi4py already did it.
     `process_sets`: ProcessSets to create at once (the same list on every rank), or "dynamic"
     to allow add_process_set()/remove_process_set() later. With HVLITE_TIMELINE set, the
     timeline starts here too."""

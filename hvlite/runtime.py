@@ -14,6 +14,8 @@ import sys
 import warnings
 import weakref
 
+import numpy as np
+
 from hvlite import config as _config
 from hvlite import process_sets as _ps
 from hvlite.errors import (ConfigError, ForkedChildError, InvalidArgumentError, LostRankError,
@@ -63,6 +65,7 @@ class Runtime:
 
         base = MPI.COMM_WORLD if comm is None else comm
         self.base = base            # the user's communicator, for init()'s repeat check
+        self.init_ranks = None      # init(comm=[ranks]): the list (init() then compares lists)
         self.comm = base.Dup()
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         rank = self.comm.Get_rank()
@@ -336,10 +339,59 @@ def _same_comm(a, b):
         return False
 
 
+def _rank_list(comm):
+    """init(comm=[ranks]) as in Horovod: ranks of COMM_WORLD, in the new communicator's order.
+    Returns the list ([] for an empty one: COMM_WORLD), or None where comm is a communicator or
+    None. Checked here, on each rank alone and before any collective: a list that is not a set
+    of world ranks holding this rank would leave MPI's group calls erroneous or waiting."""
+    if comm is None or _ps._is_comm(comm) or isinstance(comm, (str, bytes)) or \
+            not hasattr(comm, "__iter__"):
+        return None
+    ranks = list(comm)
+    bad = [r for r in ranks if not isinstance(r, (int, np.integer)) or isinstance(r, bool)]
+    if bad:
+        raise InvalidArgumentError(f"init(comm={ranks!r}): ranks must be integers, got {bad!r}")
+    ranks = [int(r) for r in ranks]
+    if not ranks:
+        return ranks
+    from mpi4py import MPI
+    world, me = MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()
+    outside = [r for r in ranks if not 0 <= r < world]
+    if outside:
+        raise InvalidArgumentError(f"init(comm={ranks}): ranks {outside} are not ranks of "
+                                   f"MPI_COMM_WORLD (size {world})")
+    dups = sorted({r for r in ranks if ranks.count(r) > 1})
+    if dups:
+        raise InvalidArgumentError(f"init(comm={ranks}): ranks {dups} appear more than once")
+    if me not in ranks:
+        raise InvalidArgumentError(f"init(comm={ranks}): this process (rank {me} of "
+                                   "MPI_COMM_WORLD) is not in the list; each rank passes the "
+                                   "list of ranks it runs with")
+    return ranks
+
+
+def _comm_of_ranks(ranks, MPI):
+    """A communicator of COMM_WORLD's `ranks` (collective over them only, as Horovod's
+    MPI_Comm_create_group: ranks outside the list may do something else meanwhile)."""
+    world = MPI.COMM_WORLD.Get_group()
+    group = world.Incl(ranks)
+    try:
+        return MPI.COMM_WORLD.Create_group(group)
+    finally:
+        group.Free()
+        world.Free()
+
+
 def _check_repeat(rt, comm, process_sets):
     """init() while initialized: idempotent for the same (or omitted) arguments, an error for
     different ones, which would otherwise be silently ignored."""
-    if comm is not None and not _same_comm(comm, rt.base):
+    ranks = _rank_list(comm)
+    if ranks is not None:
+        if (ranks or None) != rt.init_ranks:
+            raise InvalidArgumentError(f"init(comm={ranks}): hvlite is already initialized on "
+                                       f"{rt.init_ranks or 'MPI_COMM_WORLD'}; call shutdown() "
+                                       "first")
+    elif comm is not None and not _same_comm(comm, rt.base):
         raise InvalidArgumentError("init(comm=...): hvlite is already initialized on another "
                                    "communicator; call shutdown() first")
     if process_sets is None:
@@ -366,7 +418,8 @@ def _check_repeat(rt, comm, process_sets):
 
 
 def init(comm=None, process_sets=None):
-    """Start hvlite's state on `comm` (an mpi4py communicator; COMM_WORLD by default).
+    """Start hvlite's state on `comm`: an mpi4py communicator (COMM_WORLD by default) or, as in
+    Horovod, a list of COMM_WORLD's ranks, each of which calls init() with the same list.
     Idempotent: a repeated call with the same arguments (or none) returns the running state; one
     with another communicator or other process sets raises InvalidArgumentError.
     `process_sets`: ProcessSets (or rank lists) to create now, the same on every
@@ -387,6 +440,19 @@ def init(comm=None, process_sets=None):
         process_sets = [_ps.ProcessSet(p) if _ps._is_comm(p) else p for p in process_sets]
     settings, sets, problem = _read_arguments(process_sets)
     MPI = _mpi((settings or _config.Settings()).mpi_thread_level)
+    ranks = _rank_list(comm)
+    if ranks is not None:       # ([]: COMM_WORLD)
+        ranks = ranks or None
+        comm = made = _comm_of_ranks(ranks, MPI) if ranks else None
+    try:
+        return _start(comm, process_sets, settings, sets, problem, MPI, ranks)
+    finally:
+        if ranks:               # the runtime holds its own duplicate
+            made.Free()
+
+
+def _start(comm, process_sets, settings, sets, problem, MPI, ranks):
+    global _current, lean
     base = MPI.COMM_WORLD if comm is None else comm
     members = []
     if problem is None:
@@ -402,12 +468,14 @@ def init(comm=None, process_sets=None):
         for name, close in _config.unknown_variables():
             hint = f"; did you mean {close}?" if close else ""
             warnings.warn(f"hvlite: {name} is set but hvlite does not read it{hint}",
-                          stacklevel=3)
+                          stacklevel=4)
         for name, why in _config.ignored_horovod_variables():
             warnings.warn(f"hvlite: {name} is Horovod's and means nothing here: {why}",
-                          stacklevel=3)
+                          stacklevel=4)
     _current = rt = Runtime(comm, settings)
     rt.pid = os.getpid()
+    if ranks:                   # the communicator made from them is freed: init() compares lists
+        rt.base, rt.init_ranks = None, ranks
     rt.static_sets = sets
     _ps.global_process_set.ranks = list(range(rt.size))
     _ps.global_process_set._runtime = weakref.ref(rt)

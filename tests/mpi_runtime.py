@@ -57,6 +57,54 @@ def test_user_communicator():
         half.Free()
 
 
+def test_rank_list_communicator():
+    """init(comm=[ranks]) as in Horovod: each half calls it with its own list, in reverse order;
+    the list's order is the ranks' order, sums stay within the half, init() with the same list
+    again is the running state and with another list an error. Lists that are not a set of
+    world ranks holding the caller are refused on the caller alone, before any collective."""
+    hvd.shutdown()
+    mine = [r for r in range(N) if r % 2 == RANK % 2][::-1]
+    failures = []
+    hvd.init(comm=mine)
+    try:
+        if (hvd.size(), hvd.rank()) != (len(mine), mine.index(RANK)):
+            failures.append(f"size {hvd.size()}, rank {hvd.rank()} on {mine}")
+        if hvd.allgather_object(RANK) != mine:
+            failures.append(f"order {hvd.allgather_object(RANK)} != {mine}")
+        got = hvd.allreduce(np.full(5, RANK + 1, np.int64), op=hvd.Sum)
+        if not np.all(got == sum(r + 1 for r in mine)):
+            failures.append(f"half sum {got}")
+        hvd.init(comm=list(mine))             # the same list: idempotent
+        for other in ([], sorted(mine)):
+            if other == mine:
+                continue
+            try:
+                hvd.init(comm=other)
+                failures.append(f"init(comm={other}) on a runtime of {mine} went through")
+            except hvd.InvalidArgumentError:
+                pass
+    finally:
+        hvd.shutdown()
+    others = [r for r in range(N) if r != RANK]
+    for bad, says in (([RANK, RANK], "more than once"), ([RANK, N], "not ranks of"),
+                      ([RANK, -1], "not ranks of"), ([str(RANK)], "must be integers"),
+                      ([RANK, True], "must be integers"), (others or [N], "not")):
+        try:
+            hvd.init(comm=bad)
+            hvd.shutdown()
+            failures.append(f"init(comm={bad}) went through")
+        except hvd.InvalidArgumentError as e:
+            if says not in str(e) or hvd.is_initialized():
+                failures.append(f"init(comm={bad}): {e}")
+    hvd.init(comm=[])                         # COMM_WORLD, as Horovod's default
+    try:
+        if hvd.size() != N:
+            failures.append(f"init(comm=[]) has size {hvd.size()}")
+    finally:
+        hvd.shutdown()
+    assert_everywhere(failures)
+
+
 def test_object_handle_across_shutdown_and_reinit():
     """An object collective pending at shutdown fails with ShutdownError (or had finished with
     the right object); its second step never lands in the runtime started after it. A rank that

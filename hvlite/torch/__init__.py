@@ -32,7 +32,8 @@ for _name in ("ProcessSet", "global_process_set", "add_process_set", "remove_pro
 
 
 def init(comm=None, process_sets=None):
-    """Start hvlite (idempotent). `comm`: an mpi4py communicator (COMM_WORLD by default);
+    """Start hvlite (idempotent). `comm`: an mpi4py communicator (COMM_WORLD by default)
+    or a list of COMM_WORLD's ranks;
     `process_sets`: static process sets, as in Horovod."""
     if process_sets is None:
         _hv.init(comm)
