@@ -1,5 +1,6 @@
-"""`hvd.elastic` for `import hvlite.torch as hvd`: Horovod's TorchState, with run, State,
-ObjectState, HostsUpdatedInterrupt and HorovodInternalError from hvlite.elastic.
+"""`hvd.elastic` for `import hvlite.torch as hvd`: Horovod's TorchState and ElasticSampler,
+with run, State, ObjectState, HostsUpdatedInterrupt and HorovodInternalError from
+hvlite.elastic.
 
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
 
@@ -7,8 +8,9 @@ ObjectState, HostsUpdatedInterrupt and HorovodInternalError from hvlite.elastic.
     def train(state): ...
 
 A commit holds copies of model.state_dict() and optimizer.state_dict() and the keyword
-attributes; restore and sync load them back with load_state_dict(), so the model's parameters
-keep their identity and the optimizer its parameter groups. On disk a tensor is its dtype, shape
+attributes (an ElasticSampler's place in its epoch among them: hvlite/torch/sampler.py);
+restore and sync load them back with load_state_dict(), so the model's parameters keep their
+identity and the optimizer its parameter groups. On disk a tensor is its dtype, shape
 and raw bytes (registered with hvlite/elastic/codec.py here), never torch's own pickle, so a
 commit is read back without running code (`trusted=True` as in ObjectState for other objects).
 """
@@ -19,6 +21,7 @@ import torch
 
 from hvlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState,  # noqa: F401
                             State, codec, run)
+from hvlite.torch.sampler import ElasticSampler
 
 _TAG = "torch.Tensor"
 
@@ -56,10 +59,10 @@ codec.register(_TAG, torch.Tensor, _tensor_out, _tensor_in)
 
 
 def _live(obj):
-    """Objects restored in place through their state_dict, as Horovod's handlers do: a module
-    or an optimizer (the caller holds them; a copy put back by setattr would leave the caller's
-    untouched)."""
-    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer))
+    """Objects restored in place through their state_dict, as Horovod's handlers do: a module,
+    an optimizer or an ElasticSampler (the caller holds them; a copy put back by setattr would
+    leave the caller's untouched)."""
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, ElasticSampler))
 
 
 def _snapshot(obj):
@@ -109,4 +112,4 @@ class TorchState(ObjectState):
 
 
 __all__ = ["TorchState", "State", "ObjectState", "run", "HostsUpdatedInterrupt",
-           "HorovodInternalError"]
+           "HorovodInternalError", "ElasticSampler"]
