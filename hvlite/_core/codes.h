@@ -54,6 +54,7 @@
     X(HV_ERR_TIMEOUT, -7, "no answer from the peer within the time limit") \
     X(HV_ERR_LOST, -8, "a peer rank stopped answering while this one waited on it (lost)") \
     X(HV_ERR_DESYNC, -9, "the node's ranks fell out of step in their shared segment (an internal error)") \
+    X(HV_ERR_SHM_TABLE, -10, "a rank's table in the shared segment does not lay out the batch as the others' do (damaged shared memory): nothing was read or written") \
     X(HV_MISMATCH, -100, "the ranks disagree on the call (count, dtype, op or algorithm)")
 
 #define HV_ENUM2(name, text) name,

@@ -313,6 +313,31 @@ def test_large_gathered_results_are_reused_only_when_nobody_holds_them():
     assert_everywhere(failures)
 
 
+def test_a_peers_table_that_does_not_match_fails_the_call_everywhere():
+    """The direct all-reduce reads and writes where the peers' tables say. A table that lays
+    the batch out otherwise than this rank's own pieces (damaged shared memory; a test hook
+    skews the last rank's) fails the call on every rank, before any byte moves; the next
+    call, with the tables right, runs."""
+    if not DIRECT:
+        pytest.skip("no direct reads here")
+    from hvlite._core.shm import cma
+    x = np.full((1 << 20) // 4, RANK + 1, np.float32)
+    failures = []
+    cma._skew_table(1 if RANK == N - 1 else 0)
+    try:
+        got = hvd.allreduce(x, op=hvd.Sum, name="d.skew", algorithm="shm")
+        failures.append(f"rank {RANK}: a skewed table went through: {got[:3]}")
+    except hvd.HvliteError as e:
+        if "table in the shared segment" not in str(e):
+            failures.append(f"rank {RANK}: {type(e).__name__}: {e}")
+    finally:
+        cma._skew_table(0)
+    got = hvd.allreduce(x, op=hvd.Sum, name="d.skew", algorithm="shm")
+    if not np.all(got == N * (N + 1) / 2):
+        failures.append(f"rank {RANK}: after it {got[:3]}")
+    assert_everywhere(failures)
+
+
 def test_direct_reads_give_every_rank_the_same_bits():
     """Reading the peers' buffers directly (the default on one node, where the kernel allows
     it): floats whose sum depends on the order come out bit for bit the same on every rank and

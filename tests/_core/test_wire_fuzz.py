@@ -154,3 +154,17 @@ def test_a_vote_tag_stands_for_one_vote_only():
             assert wire.vote_tag([a], [b], 5, capacity) == 0
             assert wire.vote_tag([], [a], 5, capacity) == 0
         assert wire.vote_tag([], (), 1 << 31, capacity) == 0
+
+
+def test_rank_0s_gather_offsets_are_summed_in_64_bits():
+    """The gather's lengths come from the peers: their sum, kept in an int, wraps (2**31 - 1,
+    2**31 - 1 and 2 add up to 0: a one-byte buffer for 4 GiB). Summed in 64 bits, a total past
+    INT_MAX (MPI's int displacements) or a negative length is refused before any buffer is
+    sized by it."""
+    from hvlite._core.negotiation import exchange
+    big = 2 ** 31 - 1
+    assert exchange._gather_layout([3, 0, 5]) == (8, [0, 3, 3])
+    assert exchange._gather_layout([]) == (0, [])
+    assert exchange._gather_layout([big - 1])[0] == big - 1     # with the closing byte: INT_MAX
+    for lens in ([big], [big, big, 2], [2 ** 30] * 2, [2 ** 30 - 1] * 3, [5, -1], [-2 ** 31]):
+        assert exchange._gather_layout(lens)[0] is None, lens

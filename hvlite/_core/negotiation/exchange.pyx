@@ -26,6 +26,29 @@ cdef int exchange_wait(MPI_Request* r) noexcept nogil:
     return wait_all(1, r, True)
 
 
+cdef int64_t gather_layout(const int* lens, int* displs, int n) noexcept nogil:
+    """Rank 0's offsets of the ranks' payloads in one buffer, summed in 64 bits: the total, or
+    -1 where a length is negative or the total (with the buffer's closing byte) passes INT_MAX,
+    MPI's int displacements."""
+    cdef int64_t total = 0
+    cdef int r
+    for r in range(n):
+        if lens[r] < 0 or total + lens[r] > INT_MAX - 1:
+            return -1
+        displs[r] = <int>total
+        total += lens[r]
+    return total
+
+
+def _gather_layout(lens):
+    """Tests: gather_layout on these lengths (C ints), as (total or None, offsets)."""
+    cdef vector[int] c_lens = lens
+    cdef vector[int] displs
+    displs.resize(c_lens.size())
+    total = gather_layout(c_lens.data(), displs.data(), <int>c_lens.size())
+    return (None if total < 0 else total), list(displs)
+
+
 cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, vector[char]& buf,
                           vector[Span]& spans) noexcept nogil:
     """Rank 0 gathers every rank's payload. MPI's counts are int: a payload, or their sum, past
@@ -45,11 +68,9 @@ cdef int exchange_gather(MPI_Comm comm, int rank, int n, const string& payload, 
     if not err:
         err = exchange_wait(&req)
     if not err and rank == 0:
-        for r in range(n):
-            if lens[r] < 0 or total + lens[r] > INT_MAX - 1:
-                return HV_ERR_COUNT
-            displs[r] = <int>total
-            total += lens[r]
+        total = gather_layout(lens.data(), displs.data(), n)
+        if total < 0:
+            return HV_ERR_COUNT
         buf.resize(<size_t>total + 1)
     if not err:
         err = MPI_Igatherv(<char*>payload.data(), mine, MPI_BYTE, buf.data(), lens.data(),

@@ -32,7 +32,7 @@ from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
 from hvlite._core.kernels.reduce cimport divide_by, reduce_into, reduce_to
-from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_NOMEM
+from hvlite._core.codes cimport HV_ERR_SHM, HV_ERR_SHM_TABLE, HV_ERR_NOMEM
 from hvlite._core.shm.segment cimport (ShmArea, ShmPiece, shm_slot, shm_barrier, shm_and_words,
                                shm_slice_start, shm_scatter, SHM_STREAM_MIN)
 
@@ -343,6 +343,14 @@ cdef void _next_inputs(const int64_t* w, size_t np, size_t a, size_t b, size_t e
 
 
 cdef OutMap _NO_MAP
+cdef int64_t _table_skew = 0    # tests: added to the first piece's count in this rank's table
+
+
+def _skew_table(int64_t n):
+    """Tests only: this rank publishes its direct all-reduce's table with the first piece's
+    count off by n, as damaged shared memory would show it to the peers (0: as it is)."""
+    global _table_skew
+    _table_skew = n
 
 
 cdef inline const OutMap* _map(const OutMap* maps, int r) noexcept nogil:
@@ -374,7 +382,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     s[2] = 0
     for k in range(np):
         s[HEAD + k * PER] = <int64_t>p[k].start
-        s[HEAD + k * PER + 1] = <int64_t>p[k].count
+        s[HEAD + k * PER + 1] = <int64_t>p[k].count + (_table_skew if k == 0 else 0)
         s[HEAD + k * PER + 2] = <int64_t>(<uint64_t>p[k].input)
         s[HEAD + k * PER + 3] = <int64_t>(<uint64_t>p[k].output)
         if p[k].count and (p[k].input == NULL or p[k].output == NULL):
@@ -400,7 +408,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             free(tables)                            # same verdict everywhere
             free(loc)
             free(acc)
-            return HV_ERR_SHM
+            return HV_ERR_SHM_TABLE
     if tables == NULL or loc == NULL or acc == NULL:
         err = HV_ERR_NOMEM      # still through every barrier, so no peer is left waiting
     rem = loc + NIOV if loc != NULL else NULL
