@@ -64,3 +64,42 @@ def test_a_relaunch_at_another_size_deals_out_what_is_left(mpirun, tmp_path):
     nxt = horovod_order(23, 5, 1)
     for r, got in enumerate(rest):
         assert got["next"] == nxt[r::3][:3], got
+
+
+def test_horovods_own_sampler_walkthrough(monkeypatch):
+    """Horovod's test_torch_elastic.py walk through the sampler, on one rank: record_batch
+    counts, a loader run again without set_epoch repeats the epoch's rest, commit and restore
+    bring the count back, sync keeps it, set_epoch starts again."""
+    monkeypatch.delenv("HVLITE_ELASTIC_DIR", raising=False)
+    hvd.init()
+    batch_size, per_worker = 2, 8
+    dataset = list(range(per_worker * hvd.size()))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    state = hvd.elastic.TorchState(sampler=sampler)
+    state.sync()
+    assert (state.sampler.epoch, state.sampler.processed_num) == (0, 0)
+    total = 0
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for batch_idx, _ in enumerate(loader):
+            sampler.record_batch(batch_idx, batch_size)
+            assert sampler.processed_num == batch_size * (batch_idx + 1)
+            total += 1
+    assert total == per_worker // batch_size * 2
+    assert sum(1 for _ in loader) == per_worker // batch_size      # no set_epoch: it repeats
+    sampler.set_epoch(2)
+    sampler.record_batch(0, batch_size)
+    sampler.record_batch(1, batch_size)
+    state.commit()
+    sampler.record_batch(2, batch_size)
+    sampler.record_batch(3, batch_size)
+    state.restore()
+    assert sampler.processed_num == 2 * batch_size
+    sampler.record_batch(2, batch_size)
+    state.commit()
+    state.sync()
+    assert sampler.processed_num == 3 * batch_size * hvd.size()
+    assert len(sampler) == batch_size and sum(1 for _ in loader) == 1
+    sampler.set_epoch(3)
+    assert len(sampler) == per_worker
