@@ -101,7 +101,10 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
         if probe:               # alpha_shm measured, the slowest node's, so auto agrees everywhere
             c.model.alpha_shm = comm.allreduce(shm_barrier_seconds(&c.shm, 200), op=MAX)
         if direct and nodes == 1 and c.shm.base != NULL:   # one node: the set is the node
-            ptracer_hold(ptracer)
+            # least privilege under Yama: two ranks let in only each other
+            import os
+            pids = local.allgather(os.getpid()) if local.Get_size() == 2 else None
+            ptracer_hold(ptracer, pids[1 - local.Get_rank()] if pids else 0)
             c.ptracer_held = True
             c.direct_ok = comm.allreduce(direct_probe(&c.shm), op=MIN) == 1
             if not c.direct_ok:

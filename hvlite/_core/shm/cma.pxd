@@ -17,10 +17,11 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
 cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil
 # Collective over the node: 1 when this rank can read every peer's memory.
 cdef int direct_probe(ShmArea* a) noexcept nogil
-# A context that uses cross-memory attach holds this: the first hold opens the process to any
-# process of its user (PR_SET_PTRACER_ANY) where Yama's scope 1 requires it and `allowed`; the
-# last release closes it again.
-cdef void ptracer_hold(bint allowed) noexcept nogil
+# A context that uses cross-memory attach holds this: where Yama's scope 1 requires it and
+# `allowed`, it opens the process to `peer` (a pid: the context's one other rank) or, where
+# contexts have more peers or other ones (peer 0), to any process of its user
+# (PR_SET_PTRACER_ANY); the last release closes it again.
+cdef void ptracer_hold(bint allowed, long peer) noexcept nogil
 cdef void ptracer_release() noexcept nogil
 # nbytes of process pid's memory at `src` (an address there) into dst, through the kernel:
 # 0, or HV_ERR_SHM where the kernel refuses (a bad address reads nothing past dst's nbytes).

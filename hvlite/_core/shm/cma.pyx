@@ -478,9 +478,13 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
 
 
 # How many contexts use cross-memory attach, and whether this process opened itself to ptrace for
-# them (Open MPI's rule: only where Yama's scope needs it). Contexts come and go under the GIL.
+# them (Open MPI's rule: only where Yama's scope needs it), and to whom: one peer's pid where
+# every context holding it has that one peer (two ranks on a node), else any process of the
+# user (-1). Contexts come and go under the GIL.
 cdef int _ptracer_holds = 0
 cdef bint _ptracer_set = False
+cdef long _ptracer_to = 0       # what was asked for (a pid, -1: any; 0: nothing)
+cdef int _scope_for_tests = -2  # tests: Yama's scope as if read (-2: read it)
 
 
 cdef int yama_scope() noexcept nogil:
@@ -495,27 +499,50 @@ cdef int yama_scope() noexcept nogil:
     return v
 
 
-cdef void ptracer_hold(bint allowed) noexcept nogil:
-    global _ptracer_holds, _ptracer_set
+cdef void ptracer_hold(bint allowed, long peer) noexcept nogil:
+    global _ptracer_holds, _ptracer_set, _ptracer_to
+    cdef long want = peer if peer > 0 else -1
     _ptracer_holds += 1
     # scope 1 lets only ancestors attach: the node's peers are siblings, so they need this; at
     # 0 they may already, at 2 and 3 it would not help
-    if allowed and not _ptracer_set and yama_scope() == 1:
-        _ptracer_set = prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+    if not allowed or (_scope_for_tests if _scope_for_tests != -2 else yama_scope()) != 1:
+        return
+    if _ptracer_to != 0 and _ptracer_to != want:
+        want = -1               # another context's peer too: Yama keeps one tracer a process
+    if want == _ptracer_to:
+        return
+    _ptracer_to = want
+    _ptracer_set = prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY if want == -1 else <unsigned long>want,
+                         0, 0, 0) == 0
 
 
 cdef void ptracer_release() noexcept nogil:
-    global _ptracer_holds, _ptracer_set
+    global _ptracer_holds, _ptracer_set, _ptracer_to
     if _ptracer_holds > 0:
         _ptracer_holds -= 1
-    if _ptracer_holds == 0 and _ptracer_set:
-        prctl(PR_SET_PTRACER, 0, 0, 0, 0)
+    if _ptracer_holds == 0 and _ptracer_to != 0:
+        if _ptracer_set:
+            prctl(PR_SET_PTRACER, 0, 0, 0, 0)
         _ptracer_set = False
+        _ptracer_to = 0
 
 
 def ptracer_state():
     """(contexts holding, whether PR_SET_PTRACER is set, Yama's scope): for tests and docs."""
     return _ptracer_holds, bool(_ptracer_set), yama_scope()
+
+
+def ptracer_target():
+    """Whom this process asked Yama to let attach: a peer's pid, -1 any process of its user,
+    0 nobody (also where Yama's scope needs nothing)."""
+    return _ptracer_to
+
+
+def _assume_yama_scope(int scope):
+    """Tests only: act as if Yama's scope were `scope` (-2: read it again), so the choice of
+    tracer is exercised where Yama is absent (prctl then fails, and ptracer_state says so)."""
+    global _scope_for_tests
+    _scope_for_tests = scope
 
 
 cdef int direct_probe(ShmArea* a) noexcept nogil:
