@@ -184,8 +184,9 @@ class Settings:
     shm_ptracer: bool = _setting(
         True, "HVLITE_SHM_PTRACER",
         "Where Yama's ptrace scope is 1 (siblings may not attach to each other), let the node's "
-        "ranks attach for the direct path by `PR_SET_PTRACER_ANY` while a set uses it, undone "
-        "at shutdown ([security](security.md#least-privilege)); `0` never does, and the direct "
+        "ranks attach for the direct path by `PR_SET_PTRACER` (the one peer's pid with two "
+        "ranks on a node, else any process of the user) while a set uses it, undone at shutdown "
+        "([security](security.md#least-privilege)); `0` never does, and the direct "
         "path then runs only where the kernel allows it already.")
     shm_redundant_bytes: int = _setting(
         -1, "HVLITE_SHM_REDUNDANT_BYTES",
