@@ -9,12 +9,17 @@ import pytest
 from mpi4py import MPI
 
 import hvlite as hvd
+from hvlite._core.coordinator import _conflict_after
 from hvlite._core.tuning.cost_model import choose_name
 from helpers import assert_everywhere
 
 hvd.init(process_sets=[[0, 1]] if MPI.COMM_WORLD.Get_size() > 2 else None)
 N, RANK = hvd.size(), hvd.rank()
 RT = hvd._current()
+# A cached call that waits 0.25 s on a peer goes to rank 0 in full (a variant of its name may
+# be why), untimed: with 4 ranks on 2 cores a descheduled peer can do that, and the schedules
+# checked below would gain a call. No name here has variants.
+_conflict_after(3600.0)
 ON = os.environ.get("HVLITE_CALIBRATE", "1") != "0"
 SIZES = [100, 12345, 64 << 10, (1 << 20) + 4, 5 << 20]     # bytes, one per size class
 CALLS = 40      # per size: a miss, up to 8 candidates x 3 trials, the segment's ways 2 x 2 x 3
@@ -448,7 +453,7 @@ def test_a_process_set_measures_for_itself():
 def test_a_copy_that_rides_with_the_vote_counts_in_shm_time():
     """A small all-reduce that goes through the shared segment (auto's pick, or before its
     trials the model's) copies its data beside the vote, before the call's timing begins. The
-    copy is shm's work: slowed by 3 ms on every rank (a test hook sleeps inside it), shm's trial
+    copy is shm's work: slowed by 10 ms on every rank (a test hook sleeps inside it), shm's trial
     time must include it, and the class must keep another algorithm. Before, the copy was not
     counted, and shm's trials at 256 KiB on 2 ranks read 19.6 us where its calls took 34 us,
     ahead of rhd's 25 us."""
@@ -456,7 +461,7 @@ def test_a_copy_that_rides_with_the_vote_counts_in_shm_time():
     nbytes = 3 << 10        # class 2 KiB: no other test here uses it; rides on nodes of any size
     if RT.engine.cross_size != 1 or model_pick(nbytes) != "shm":
         pytest.skip("the model does not send this size through the shared segment here")
-    cls, delay = class_of(nbytes), 3e-3
+    cls, delay = class_of(nbytes), 10e-3     # (beyond a lost scheduler slice in rd's trials)
     failures = []
     C._slow_carry(delay)
     try:

@@ -297,7 +297,8 @@ def test_a_waiting_handle_ends_the_cycle_pause():
             got.append(h.synchronize())
     finally:
         coord.configure(cycle_time=before)
-    failures = [] if took < 1.0 else [f"rank {RANK}: the late call took {took:.2f} s"]
+    # (the pause kept: 1.7 s; 1.4 s leaves room for 5 ranks on 2 cores)
+    failures = [] if took < 1.4 else [f"rank {RANK}: the late call took {took:.2f} s"]
     if not all(np.array_equal(g, x) for g in got):      # Average of equal arrays
         failures.append(f"rank {RANK}: wrong result")
     assert_everywhere(failures)
