@@ -1,4 +1,5 @@
-"""Reduction ops under Horovod's names; names and values are the core's table (_core/codes.h).
+"""Reduction ops under Horovod's names and with Horovod's values (Average 0, Sum 1, Adasum 2,
+Min 3, Max 4, Product 5): the core's table (_core/codes.h) is in Horovod's order.
 
 Adasum (adaptive summation, Maleki et al. 2021) combines gradients by their dot products
 instead of adding them: allreduce and grouped_allreduce only, float dtypes only."""

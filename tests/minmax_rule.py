@@ -8,7 +8,9 @@ import functools
 
 import numpy as np
 
-MIN, MAX = 2, 3     # OP_MIN, OP_MAX in hvlite/_core/codes.h
+from hvlite.ops import Max as _Max, Min as _Min
+
+MIN, MAX = int(_Min), int(_Max)     # OP_MIN, OP_MAX in hvlite/_core/codes.h
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 

@@ -25,11 +25,13 @@
     X(DT_UINT32, "uint32", 4) X(DT_INT64, "int64", 8) X(DT_UINT64, "uint64", 8) \
     X(DT_F32_AS_F16, "float32 as float16", 4) X(DT_F32_AS_BF16, "float32 as bfloat16", 4)
 
-/* Average never reaches a kernel: it is a Sum followed by a division. Adasum has its own
- * algorithm (algorithms/adasum.pyx). */
+/* In Horovod's order, so an op's value is Horovod's (Average 0, Sum 1, Adasum 2, Min 3, Max 4,
+ * Product 5: `op=1`, or `op or hvd.Average`, means what it means there). Average never reaches
+ * a kernel: it is a Sum followed by a division. Adasum has its own algorithm
+ * (algorithms/adasum.pyx). */
 #define HV_OPS(X) \
-    X(OP_SUM, "Sum") X(OP_AVERAGE, "Average") X(OP_MIN, "Min") X(OP_MAX, "Max") \
-    X(OP_PRODUCT, "Product") X(OP_ADASUM, "Adasum")
+    X(OP_AVERAGE, "Average") X(OP_SUM, "Sum") X(OP_ADASUM, "Adasum") X(OP_MIN, "Min") \
+    X(OP_MAX, "Max") X(OP_PRODUCT, "Product")
 
 #define HV_ALGORITHMS(X) \
     X(ALG_AUTO, "auto") X(ALG_RING, "ring") X(ALG_RHD, "rhd") X(ALG_TREE, "tree") \

@@ -226,7 +226,7 @@ cdef class Lean:
         if type(op) is not self.ops:
             return None
         o = PyLong_AsLong(op)
-        if o < OP_SUM or o > OP_PRODUCT:        # Adasum runs its own algorithm
+        if o < 0 or o >= OP_COUNT or o == OP_ADASUM:    # Adasum runs its own algorithm
             return None
         if name is not None and type(name) is not str:
             return None
@@ -509,7 +509,7 @@ cdef class Lean:
         if dt < 0 or type(op) is not self.ops or cnp.PyArray_NDIM(<cnp.ndarray>x) == 0:
             return None
         o = PyLong_AsLong(op)
-        if o < OP_SUM or o > OP_PRODUCT:
+        if o < 0 or o >= OP_COUNT or o == OP_ADASUM:
             return None
         a = <cnp.ndarray>x
         rows = cnp.PyArray_DIMS(a)[0]

@@ -9,10 +9,12 @@ from hvlite._core.codes import DTYPES
 from hvlite._core.dtypes import ARRAY_NAMES, code_of, size_of, supported_names
 from hvlite._core.kernels.reduce import (divide_array, reduce_arrays, reduce_arrays_to,
                                          stream_copy_array)
+from hvlite.ops import Max, Min, Product, Sum
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
-OPS = {0: np.add, 2: np.minimum, 3: np.maximum, 4: np.multiply}
+SUM, MIN, MAX = int(Sum), int(Min), int(Max)
+OPS = {SUM: np.add, MIN: np.minimum, MAX: np.maximum, int(Product): np.multiply}
 ALL = [BF16 if n == "bfloat16" else np.dtype(n) for n in ARRAY_NAMES]
 
 
@@ -103,7 +105,7 @@ def test_float16_rounding_edges():
              (h(-0.0), h(0.0)), (h(1e-4), h(-1e-4))]
     for x, y in cases:
         got = np.array([x], h)
-        reduce_arrays(got.view(np.uint8), np.array([y], h).view(np.uint8), code_of(np.dtype(h)), 0)
+        reduce_arrays(got.view(np.uint8), np.array([y], h).view(np.uint8), code_of(np.dtype(h)), SUM)
         with np.errstate(over="ignore"):
             want = np.array([x], h) + np.array([y], h)
         assert got.tobytes() == want.tobytes(), (x, y, got, want)
@@ -130,7 +132,7 @@ def test_float16_vector_path_edges(op, n):
     b = rng.choice(edges, n).astype(h)
     with np.errstate(all="ignore"):
         # Min/Max: NumPy's answer, with -0 below +0 (minmax_rule: NumPy keeps its first argument).
-        want = minmax_rule.pair(a, b, op) if op in (2, 3) else OPS[op](a, b).astype(h)
+        want = minmax_rule.pair(a, b, op) if op in (MIN, MAX) else OPS[op](a, b).astype(h)
         got = a.copy()
         reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(np.dtype(h)), op)
     ok = (got.tobytes() == want.tobytes()) or (np.isnan(want).any() and np.array_equal(
@@ -150,7 +152,7 @@ def test_bfloat16_vector_path_edges(op, n):
     b = rng.choice(edges, n).astype(BF16)
     x, y = a.astype(np.float32), b.astype(np.float32)
     with np.errstate(all="ignore"):
-        want = minmax_rule.pair(a, b, op) if op in (2, 3) else OPS[op](x, y).astype(BF16)
+        want = minmax_rule.pair(a, b, op) if op in (MIN, MAX) else OPS[op](x, y).astype(BF16)
         got = a.copy()
         reduce_arrays(got.view(np.uint8), b.view(np.uint8), code_of(BF16), op)
     nan = np.isnan(want.astype(np.float32))
@@ -182,7 +184,7 @@ def special_sample(dtype, n, seed):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("op", [2, 3], ids=["Min", "Max"])
+@pytest.mark.parametrize("op", [MIN, MAX], ids=["Min", "Max"])
 @pytest.mark.parametrize("n", [1, 7, 37, 1029])
 def test_minmax_nan_and_signed_zeros(dtype, op, n):
     """NaN propagates as NumPy's minimum/maximum do, as the default quiet NaN; -0 is below +0;
@@ -193,7 +195,7 @@ def test_minmax_nan_and_signed_zeros(dtype, op, n):
     want = minmax_rule.pair(a, b, op)
     assert got.tobytes() == want.tobytes(), (a[:8], b[:8], got[:8], want[:8])
     x, y = a.astype(np.float64), b.astype(np.float64)
-    numpy = (np.minimum if op == 2 else np.maximum)(x, y)
+    numpy = (np.minimum if op == MIN else np.maximum)(x, y)
     assert np.array_equal(np.isnan(got.astype(np.float64)), np.isnan(numpy))
     assert np.array_equal(got.astype(np.float64), numpy, equal_nan=True)
     nonzero = ~((x == 0) & (y == 0))
@@ -202,7 +204,7 @@ def test_minmax_nan_and_signed_zeros(dtype, op, n):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("op", [2, 3], ids=["Min", "Max"])
+@pytest.mark.parametrize("op", [MIN, MAX], ids=["Min", "Max"])
 def test_minmax_bits_do_not_depend_on_order(dtype, op):
     """kernel(a, b) and kernel(b, a) give the same bits, and so do all orders of three inputs:
     the property that lets every algorithm and MPI's own reduction agree."""
@@ -289,10 +291,10 @@ def test_float32_reduced_as_16_bits_keeps_nans(wire):
     a[3], b[17] = np.nan, np.nan
     with np.errstate(all="ignore"):
         want, b16 = a.astype(low), b.astype(low)
-    reduce_arrays(want.view(np.uint8), b16.view(np.uint8), code_of(low), 0)
+    reduce_arrays(want.view(np.uint8), b16.view(np.uint8), code_of(low), SUM)
     want = want.astype(np.float32)
     got = a.copy()
-    reduce_arrays(got.view(np.uint8), b.view(np.uint8), code, 0)
+    reduce_arrays(got.view(np.uint8), b.view(np.uint8), code, SUM)
     nan = np.isnan(want)
     assert (np.isnan(got) == nan).all() and nan[3] and nan[17]
     assert got[~nan].tobytes() == want[~nan].tobytes()

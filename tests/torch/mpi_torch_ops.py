@@ -54,9 +54,18 @@ def test_basics():
         fails.append("mpi_threads_supported")
     if hvd.Compression.none.compress(torch.ones(1))[0].tolist() != [1.0]:
         fails.append("Compression.none")
-    for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, hvd.Adasum):
-        if op not in (0, 1, 2, 3, 4, 5):
-            fails.append(f"op {op}")
+    # Horovod's values (horovod/common/message.h): a script that passes them as integers, or
+    # writes `op or hvd.Average`, gets the same reduction
+    horovod = {"Average": 0, "Sum": 1, "Adasum": 2, "Min": 3, "Max": 4, "Product": 5}
+    for name, value in horovod.items():
+        if getattr(hvd, name) != value:
+            fails.append(f"hvd.{name} is {int(getattr(hvd, name))}, Horovod's is {value}")
+    x = torch.full((3,), float(RANK + 1))
+    for op, want in ((1, N * (N + 1) / 2), (0, (N + 1) / 2), (3, 1.0), (4, float(N)),
+                     (hvd.Sum or hvd.Average, N * (N + 1) / 2)):
+        got = hvd.allreduce(x, op=op, name=f"basics.op.{op}")
+        if not torch.allclose(got, torch.full((3,), want)):
+            fails.append(f"op={op!r}: {got.tolist()} where Horovod gives {want}")
     assert_everywhere(fails)
 
 

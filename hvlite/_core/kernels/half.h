@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "minmax.h"
+#include "../codes.h"    /* the op codes */
 
 static inline float hv_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t hv_float_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -67,9 +68,9 @@ static size_t hv_half_reduce_f16c(uint16_t* a, const uint16_t* b, size_t n, int 
         __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));
         __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));
         __m256 r;
-        if (op == 0) r = _mm256_add_ps(x, y);
-        else if (op == 4) r = _mm256_mul_ps(x, y);
-        else if (op == 2) r = hv_f32x8_min(x, y);
+        if (op == OP_SUM) r = _mm256_add_ps(x, y);
+        else if (op == OP_PRODUCT) r = _mm256_mul_ps(x, y);
+        else if (op == OP_MIN) r = hv_f32x8_min(x, y);
         else r = hv_f32x8_max(x, y);
         _mm_storeu_si128((__m128i*)(a + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -112,9 +113,9 @@ static size_t hv_bf16_reduce_avx2(uint16_t* a, const uint16_t* b, size_t n, int 
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x = hv_bf16x8_load(a + i), y = hv_bf16x8_load(b + i), r;
-        if (op == 0) r = _mm256_add_ps(x, y);
-        else if (op == 4) r = _mm256_mul_ps(x, y);
-        else if (op == 2) r = hv_f32x8_min(x, y);
+        if (op == OP_SUM) r = _mm256_add_ps(x, y);
+        else if (op == OP_PRODUCT) r = _mm256_mul_ps(x, y);
+        else if (op == OP_MIN) r = hv_f32x8_min(x, y);
         else r = hv_f32x8_max(x, y);
         hv_bf16x8_store(a + i, r);
     }
@@ -248,9 +249,9 @@ static inline size_t hv_cast_bf16_f32_simd(uint32_t* d, const uint16_t* s, size_
  * nearest even as the scalar code does); a block with a NaN takes the scalar code, as the
  * casts do. */
 static inline float hv_f32h_op(float x, float y, int op) {
-    if (op == 0) return x + y;
-    if (op == 4) return x * y;
-    return op == 2 ? hv_minf(x, y) : hv_maxf(x, y);
+    if (op == OP_SUM) return x + y;
+    if (op == OP_PRODUCT) return x * y;
+    return op == OP_MIN ? hv_minf(x, y) : hv_maxf(x, y);
 }
 static inline uint16_t hv_f32h_narrow(float v) { return hv_f32_to_f16_np(hv_float_to_bits(v)); }
 static inline float hv_f32h_widen(uint16_t h) { return hv_bits_to_float(hv_f16_to_f32_np(h)); }
@@ -301,7 +302,7 @@ static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, si
         }
         x = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         y = _mm512_cvtph_ps(_mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        r = op == 0 ? _mm512_add_ps(x, y) : _mm512_mul_ps(x, y);
+        r = op == OP_SUM ? _mm512_add_ps(x, y) : _mm512_mul_ps(x, y);
         if (_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q)) {      /* inf - inf, 0 * inf: a NaN made */
             hv_f32h_reduce_scalar(d + i, a + i, b + i, 16, op, 0);
             continue;
@@ -314,7 +315,7 @@ static size_t hv_f32h_reduce_avx512(float* d, const float* a, const float* b, si
 __attribute__((target("avx2,f16c")))
 static size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size_t n, int op,
                                   int brain) {
-    size_t i = !brain && (op == 0 || op == 4) && hv_cpu_avx512() ? hv_f32h_reduce_avx512(d, a, b, n, op) : 0;
+    size_t i = !brain && (op == OP_SUM || op == OP_PRODUCT) && hv_cpu_avx512() ? hv_f32h_reduce_avx512(d, a, b, n, op) : 0;
     for (; i + 8 <= n; i += 8) {
         __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i), r;
         if (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q))) {
@@ -323,9 +324,9 @@ static size_t hv_f32h_reduce_simd(float* d, const float* a, const float* b, size
         }
         x = hv_f32h_round8(x, brain);
         y = hv_f32h_round8(y, brain);
-        if (op == 0) r = _mm256_add_ps(x, y);
-        else if (op == 4) r = _mm256_mul_ps(x, y);
-        else if (op == 2) r = hv_f32x8_min(x, y);
+        if (op == OP_SUM) r = _mm256_add_ps(x, y);
+        else if (op == OP_PRODUCT) r = _mm256_mul_ps(x, y);
+        else if (op == OP_MIN) r = hv_f32x8_min(x, y);
         else r = hv_f32x8_max(x, y);
         if (_mm256_movemask_ps(_mm256_cmp_ps(r, r, _CMP_UNORD_Q))) {   /* inf - inf: a NaN made */
             hv_f32h_reduce_scalar(d + i, a + i, b + i, 8, op, brain);

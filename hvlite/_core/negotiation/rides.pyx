@@ -20,7 +20,8 @@ cdef void rides_init(Rides* r, int nwords, int capacity, size_t budget) noexcept
 
 cdef bint may_ride(const Meta& m) noexcept nogil:
     return (m.collective == C_ALLREDUCE and m.algorithm == ALG_AUTO and m.error.empty()
-            and 0 <= m.dtype < DT_COUNT and OP_SUM <= m.op <= OP_PRODUCT and item_count(m) > 0)
+            and 0 <= m.dtype < DT_COUNT and 0 <= m.op < OP_COUNT and m.op != OP_ADASUM
+            and item_count(m) > 0)
 
 
 cdef void rides_layout(Rides* r, Cache* cache) noexcept nogil:
