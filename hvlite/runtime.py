@@ -292,7 +292,7 @@ def _read_arguments(process_sets):
     except ConfigError as e:
         return None, [], (ConfigError, str(e))
     if isinstance(process_sets, str):
-        if process_sets != "dynamic":
+        if process_sets.lower() != "dynamic":       # (Horovod's compare)
             return settings, [], (InvalidArgumentError, f"init(process_sets={process_sets!r}): "
                                   "use a list of process sets or \"dynamic\"")
         return dataclasses.replace(settings, dynamic_process_sets=True), [], None
@@ -397,7 +397,7 @@ def _check_repeat(rt, comm, process_sets):
     if process_sets is None:
         return
     if isinstance(process_sets, str):
-        if process_sets != "dynamic":
+        if process_sets.lower() != "dynamic":       # (Horovod's compare)
             raise InvalidArgumentError(f"init(process_sets={process_sets!r}): use a list of "
                                        "process sets or \"dynamic\"")
         if not rt.dynamic_sets:
@@ -528,8 +528,9 @@ def remove_process_set(process_set, agree=None):
     """Remove a process set on every rank (all call it, in the same order); returns whether it
     was removed. The global set is never removed (False), as in Horovod."""
     rt = current()
-    if process_set is _ps.global_process_set or getattr(process_set, "process_set_id", None) == 0:
-        return False
+    if process_set is _ps.global_process_set or getattr(process_set, "process_set_id", None) in (
+            0, None):
+        return False        # the global set, or one never registered: Horovod's False
     if not rt.dynamic_sets:
         raise InvalidArgumentError("remove_process_set: " + _ps._DYNAMIC.format("remove"))
     return rt.registry.remove(process_set, agree)

@@ -372,6 +372,7 @@ def test_static_sets_without_dynamic_after_reinit():
         os.environ.pop(var, None)
     static = hvd.ProcessSet([0, N - 1] if N > 2 else [N - 1])
     hvd.init(process_sets=[static] if N > 1 else [])
+    hvd.init(process_sets=[static] if N > 1 else [])        # the same again: the running state
     try:
         failures = []
         if old.size() is not None:
@@ -386,6 +387,10 @@ def test_static_sets_without_dynamic_after_reinit():
         if N > 1:
             expect_raise_everywhere(lambda: hvd.remove_process_set(static), ValueError,
                                     "HVLITE_DYNAMIC_PROCESS_SETS=1")
+        # never registered: Horovod answers False, dynamic sets or not
+        if hvd.remove_process_set(hvd.ProcessSet([0])) is not False:
+            failures.append("removing a set never registered did not answer False")
+        assert_everywhere(failures)
         expect_raise_everywhere(lambda: hvd.allreduce(np.ones(1), process_set=old), ValueError,
                                 "not registered")
     finally:

@@ -105,6 +105,21 @@ def test_rank_list_communicator():
     assert_everywhere(failures)
 
 
+def test_dynamic_sets_asked_for_in_any_case():
+    """init(process_sets="DYNAMIC"): Horovod compares the word in lower case."""
+    hvd.shutdown()
+    hvd.init(process_sets="DYNAMIC")
+    try:
+        assert hvd._current().dynamic_sets
+        if N > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            ps = hvd.add_process_set([0])
+            assert hvd.remove_process_set(ps) is True
+            assert hvd.remove_process_set(ps) is False        # (no longer registered)
+    finally:
+        hvd.shutdown()
+    hvd.init()
+
+
 def test_object_handle_across_shutdown_and_reinit():
     """An object collective pending at shutdown fails with ShutdownError (or had finished with
     the right object); its second step never lands in the runtime started after it. A rank that

@@ -12,7 +12,7 @@ from hvlite._core.codes import DTYPES
 from hvlite._core.kernels.cast import cast_into
 from hvlite.compression.base import Compressor, Then
 from hvlite.errors import DtypeError, InvalidArgumentError
-from hvlite.ops import Average, Sum, as_op
+from hvlite.ops import Adasum, Average, Sum, as_op
 from hvlite.process_sets import global_process_set, state_of
 
 
@@ -66,6 +66,15 @@ class Cast(Compressor):
     def decompress(self, payload, ctx):
         return cast(payload[0], np.dtype(ctx))
 
+    def check(self, x, name, op=Sum):
+        """Horovod's cast compressors take any tensor and any op: a float tensor is cast for
+        the wire and reduced with the op in 16 bits (Adasum too), an integer one goes as it
+        is (_plain)."""
+
+    @staticmethod
+    def _plain(x):
+        return x.dtype.kind != "f" and x.dtype.name != "bfloat16"
+
     def _as16(self, x, ps):
         """The core's code for reducing float32 `x` as this 16-bit type itself, rounding inside
         the reduction, when its set lies on one node (SetState.round16; the same on each of its
@@ -84,7 +93,10 @@ class Cast(Compressor):
         return collectives.allreduce_async_(low, op=op, name=name, process_set=ps)
 
     def _reduce(self, x, name, op, n, ps=global_process_set):
-        code = self._as16(x, ps)
+        if self._plain(x):
+            self.account(name, x.nbytes, x.nbytes, "allreduce", n)
+            return collectives.allreduce_async(x, op=op, name=name, process_set=ps)
+        code = None if op is Adasum else self._as16(x, ps)     # (Adasum: its own algorithm)
         if code is not None:
             self.account(name, x.nbytes, x.nbytes // 2, "allreduce", n)
             return host.allreduce_async(x, op, name, process_set=ps, reduce_as=code)
@@ -93,7 +105,13 @@ class Cast(Compressor):
     def _reduce_into(self, x, name, op, n, out, ps=global_process_set):
         """The result cast straight into `out`: no new array, no copy (x is cast before the
         handle exists, so out may be x). On one node x is reduced into out itself."""
-        code = self._as16(x, ps)
+        if self._plain(x):
+            self.account(name, x.nbytes, x.nbytes, "allreduce", n)
+            if out is x:
+                return collectives.allreduce_async_(x, op=op, name=name, process_set=ps)
+            return Then([collectives.allreduce_async(x, op=op, name=name, process_set=ps)],
+                        lambda r: _copied(r[0], out))
+        code = None if op is Adasum else self._as16(x, ps)
         if code is not None:
             self.account(name, x.nbytes, x.nbytes // 2, "allreduce", n)
             if out is x:

@@ -111,6 +111,13 @@ def _compressed_in_torch(out, name, op, postscale_factor, process_set, compressi
     return B.TorchHandle(h, finish)
 
 
+def _dense(tensor):
+    """A strided tensor on the CPU or a GPU: one a new contiguous tensor can be made like.
+    Sparse ones and others are refused by the checks, which tell every rank."""
+    return (isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided
+            and tensor.device.type in ("cpu", "cuda"))
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set, compression=None):
     """Start an allreduce into a new tensor; returns a handle for poll()/synchronize()."""
@@ -119,7 +126,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     if arr is not None:     # the NumPy face's call; its result array becomes the tensor
         return B.AsTensor(_coll.allreduce_async(arr, op, name, None, _numpy_set(process_set)))
     out = torch.empty_like(tensor, memory_format=torch.contiguous_format) \
-        if isinstance(tensor, torch.Tensor) and tensor.device.type in ("cpu", "cuda") else tensor
+        if _dense(tensor) else tensor       # (the others: refused below, on every rank)
     return _allreduce_async(tensor, out, name, op, prescale_factor, postscale_factor,
                             process_set, compression)
 
@@ -379,7 +386,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Start copying root_rank's tensor into a new tensor on every rank."""
-    if isinstance(tensor, torch.Tensor) and tensor.device.type in ("cpu", "cuda"):
+    if _dense(tensor):
         tensor = tensor.detach().clone(memory_format=torch.contiguous_format)
     return broadcast_async_(tensor, root_rank, name, process_set)
 
@@ -428,11 +435,14 @@ def _alltoall_splits(tensor, arr, splits, name, process_set):
     if splits is None and rows % n == 0:
         return [rows // n] * n
     if isinstance(splits, torch.Tensor):
-        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+        if splits.is_complex() or splits.dtype == torch.bool or splits.is_floating_point() and (
+                not torch.equal(splits, splits.trunc())):
             B.poisoned(_coll.ALLTOALL, name, InvalidArgumentError(
                 f"alltoall {name or ''}: splits must hold integers, got {splits.dtype}"), process_set,
                 tensor)
-        return splits.tolist()
+        splits = splits.tolist()
+    if isinstance(splits, (list, tuple)):       # Horovod makes int32 of them: 2.0 is 2
+        splits = [int(s) if isinstance(s, float) and s.is_integer() else s for s in splits]
     return splits
 
 

@@ -250,6 +250,7 @@ class _DistributedMixin:
         return self._hvd_base.zero_grad(self, set_to_none=set_to_none)
 
     def set_backward_passes_per_step(self, passes):
+        passes = _passes(passes)
         self.backward_passes_per_step = passes
         for p in self._delay:
             self._delay[p] = passes
@@ -327,6 +328,14 @@ class _AdasumMixin(_DistributedMixin):
         return loss
 
 
+def _passes(n):
+    """backward_passes_per_step as Horovod takes it (any number above 0: 2.0 from a division,
+    True), as the int it counts; a fraction would mean nothing, so it is refused."""
+    if not isinstance(n, numbers.Real) or not n > 0 or n != int(n):
+        raise ValueError(f"backward_passes_per_step must be a positive whole number, got {n!r}")
+    return int(n)
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -341,7 +350,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     op=Adasum on more than one rank: Horovod's Adasum optimizer (see _AdasumMixin); groups and
     sparse_as_dense do not apply there (each parameter's update is reduced on its own and is
     dense), compression may be none, fp16 or bf16."""
-    op = B.check_op(op, "DistributedOptimizer")
+    op = B.check_op(Average if op is None else op, "DistributedOptimizer")   # (Horovod's None)
     adasum = op == Adasum and B.ps_size(process_set) > 1
     if adasum and getattr(compression, "method", "none") not in ("none", "fp16", "bf16"):
         raise ValueError(f"DistributedOptimizer: op=Adasum takes Compression.none, fp16 or bf16, "
@@ -352,12 +361,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if groups is None:
             groups = num_groups
         num_groups = 0
-    if (not isinstance(backward_passes_per_step, numbers.Integral) or backward_passes_per_step <= 0
-            or isinstance(backward_passes_per_step, bool)):
-        raise ValueError(f"backward_passes_per_step must be a positive integer, got "
-                         f"{backward_passes_per_step!r}")
-    if groups is not None and not isinstance(groups, (list, int)):
-        raise ValueError("groups must be a list of lists of parameters")
+    backward_passes_per_step = _passes(backward_passes_per_step)
+    if groups is not None and not isinstance(groups, list) and not (
+            isinstance(groups, numbers.Integral) and not isinstance(groups, bool) and groups > 0):
+        raise ValueError(f"groups should be a positive integer or a list of lists of "
+                         f"parameters, got {groups!r}")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")

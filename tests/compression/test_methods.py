@@ -185,7 +185,28 @@ def test_bad_arguments_raise_clear_errors(make, fragment):
     assert fragment in str(e.value)
 
 
-@pytest.mark.parametrize("method", ["fp16", "bf16", "int8", "topk", "randomk", "sign", "powersgd"])
+@pytest.mark.parametrize("method", ["fp16", "bf16"])
+def test_the_casts_take_any_tensor_and_op_as_horovods_do(method):
+    """Horovod's fp16 compressor casts float tensors and leaves others as they are, whatever
+    the op: an integer tensor goes uncast, Max and Adasum run on the 16-bit values."""
+    c = getattr(Compression, method)
+    for x, op in ((np.arange(6, dtype=np.int32), hvlite.Max), (grad(), hvlite.Max),
+                  (grad(), hvlite.Adasum), (grad(), hvlite.Product)):
+        c.check(x, "layer.w", op)
+    hvlite.init()
+    x = np.arange(6, dtype=np.int32)
+    assert np.array_equal(hvlite.allreduce(x, op=hvlite.Max, compression=c), x)
+    y = np.array([1.0001, -2.5, 3.0], np.float32)
+    low = y.astype(c.wire).astype(np.float32)
+    for op in (hvlite.Max, hvlite.Min, hvlite.Product, hvlite.Adasum, hvlite.Sum):
+        got = hvlite.allreduce(y, op=op, compression=c, name=f"cast.any.{int(op)}")
+        assert got.dtype == np.float32 and np.array_equal(got, low), (op, got, low)
+    z = np.arange(5, dtype=np.int64)
+    hvlite.allreduce_(z, op=hvlite.Sum, compression=c)
+    assert np.array_equal(z, np.arange(5))
+
+
+@pytest.mark.parametrize("method", ["int8", "topk", "randomk", "sign", "powersgd"])
 def test_integer_tensors_and_non_sum_ops_are_refused(method):
     c = getattr(Compression, method)
     with pytest.raises(DtypeError, match=r"compression \w+ of 'layer.w': needs a floating-point tensor, got int32"):

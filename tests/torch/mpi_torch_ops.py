@@ -12,7 +12,7 @@ from hvlite.errors import DuplicateNameError  # noqa: E402
 from hvlite.torch import _bridge  # noqa: E402
 from helpers import (BF16, adasum_close, adasum_reference, assert_everywhere,  # noqa: E402
                      assert_identical_everywhere,
-                     rank_input, reference)
+                     expect_raise_everywhere, rank_input, reference)
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
@@ -728,3 +728,20 @@ def test_compressed_in_place_allreduce_of_a_plain_tensor(method):
         fails.append(f"{method}: ranks on the two paths disagree")
     assert_everywhere(fails)
     assert_identical_everywhere(short.numpy(), f"cmp.{method}")
+
+
+@pytest.mark.parametrize("call", ["allreduce", "allreduce_async", "broadcast", "broadcast_async"])
+def test_a_sparse_tensor_on_one_rank_fails_every_rank(call):
+    """Horovod refuses sparse tensors with a ValueError; here the refusal also reaches the
+    ranks that passed a dense one (before, torch's own error from making the output came
+    first, on rank 0 alone, and the others waited)."""
+    dense = torch.ones(3)
+    x = dense.to_sparse() if RANK == 0 else dense
+    fn = getattr(hvd, call)
+    args = (x,) if call.startswith("allreduce") else (x, 0)
+
+    def go():
+        h = fn(*args, name=f"sparse.{call}")
+        if call.endswith("_async"):
+            hvd.synchronize(h)
+    expect_raise_everywhere(go, ValueError if RANK == 0 else RuntimeError, "sparse")
