@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import minmax_rule  # noqa: E402  (tests/minmax_rule.py)
+from hvlite._core.codes import OPS as OP_CODES  # noqa: E402  (the core's op names, by value)
 
 import ml_dtypes  # noqa: E402  (a test dependency)
 
@@ -30,8 +31,9 @@ DTYPE_NAMES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "in
                "int32", "uint32", "int64", "uint64"]
 DTYPES = {name: (BF16 if name == "bfloat16" else np.dtype(name)) for name in DTYPE_NAMES}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)      # hvlite.ReduceOp's values
-OP_NAMES = ["Sum", "Average", "Min", "Max", "Product"]
+OP_NAMES = ["Sum", "Average", "Min", "Max", "Product"]     # drawn by index, in this order
+# their hvlite.ReduceOp values (Horovod's: Adasum, which the fuzzer leaves out, sits among them)
+SUM, AVERAGE, MIN, MAX, PRODUCT = OPS = tuple(OP_CODES.index(n) for n in OP_NAMES)
 # (significand bits, machine epsilon, smallest subnormal)
 PRECISION = {"float16": (11, 2.0 ** -10, 2.0 ** -24), "bfloat16": (8, 2.0 ** -7, 2.0 ** -133),
              "float32": (24, 2.0 ** -23, 2.0 ** -149), "float64": (53, 2.0 ** -52, 5e-324)}
@@ -128,7 +130,7 @@ def draw_op(rng, i, seed, sets, algorithms, used):
           "mode": "sync" if r < 0.35 else ("drop" if r < 0.38 else "async"),
           "name": _name(rng, i, seed, s, used) if kind != "barrier" else None}
     if kind in REDUCING:
-        op["op"] = int(rng.integers(5))
+        op["op"] = OPS[int(rng.integers(5))]
     if kind in ("allreduce", "allreduce_", "grouped"):
         op["algorithm"] = algorithms[int(rng.integers(len(algorithms)))]
     if kind == "grouped":
@@ -202,7 +204,7 @@ def draw_plan(seed, count, sets, algorithms):
 def describe(op, sets):
     """A one-line description of an op, enough to see what went wrong."""
     skip = {"i", "kind", "set"}
-    rest = " ".join(f"{k}={OP_NAMES[v] if k == 'op' else v!r}" for k, v in op.items()
+    rest = " ".join(f"{k}={OP_CODES[v] if k == 'op' else v!r}" for k, v in op.items()
                     if k not in skip)
     where = "the global set" if op["set"] == 0 else f"set {sets[op['set']]}"
     return f"op {op['i']} {op['kind']} on {where} {rest}"
