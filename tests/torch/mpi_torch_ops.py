@@ -525,8 +525,9 @@ def test_error_types():
         ("allgather dtype", lambda: hvd.allgather(
             torch.ones(2, dtype=torch.int32 if RANK else torch.int64), name="bad.gtype"),
          RuntimeError, RuntimeError),
-        ("float splits", lambda: hvd.alltoall(torch.ones(N), torch.ones(N), name="bad.fsplit"),
-         ValueError, ValueError),
+        # (whole-number float splits are Horovod's int32 of them: taken; fractions are not)
+        ("fractional splits", lambda: hvd.alltoall(torch.ones(N), torch.full((N,), 1.5),
+                                                   name="bad.fsplit"), ValueError, ValueError),
         ("device (all)", lambda: hvd.allgather(torch.ones(2, device="meta"), name="bad.dev2"),
          ValueError, ValueError),
         ("alltoall splits", lambda: hvd.alltoall(torch.ones(3), splits=[1] * (N + 1),
