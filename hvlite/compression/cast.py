@@ -94,8 +94,7 @@ class Cast(Compressor):
 
     def _reduce(self, x, name, op, n, ps=global_process_set):
         if self._plain(x):
-            self.account(name, x.nbytes, x.nbytes, "allreduce", n)
-            return collectives.allreduce_async(x, op=op, name=name, process_set=ps)
+            return NoCompression._reduce(self, x, name, op, n, ps)
         code = None if op is Adasum else self._as16(x, ps)     # (Adasum: its own algorithm)
         if code is not None:
             self.account(name, x.nbytes, x.nbytes // 2, "allreduce", n)
@@ -105,12 +104,8 @@ class Cast(Compressor):
     def _reduce_into(self, x, name, op, n, out, ps=global_process_set):
         """The result cast straight into `out`: no new array, no copy (x is cast before the
         handle exists, so out may be x). On one node x is reduced into out itself."""
-        if self._plain(x):
-            self.account(name, x.nbytes, x.nbytes, "allreduce", n)
-            if out is x:
-                return collectives.allreduce_async_(x, op=op, name=name, process_set=ps)
-            return Then([collectives.allreduce_async(x, op=op, name=name, process_set=ps)],
-                        lambda r: _copied(r[0], out))
+        if self._plain(x):         # (the plain reduction, copied into out)
+            return super()._reduce_into(x, name, op, n, out, ps)
         code = None if op is Adasum else self._as16(x, ps)
         if code is not None:
             self.account(name, x.nbytes, x.nbytes // 2, "allreduce", n)

@@ -23,20 +23,21 @@ def broadcast_parameters(params, root_rank=0):
         items = sorted(params.items())
     else:
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
-    for i, (name, p) in enumerate(items):     # (Horovod fails on these too, less clearly)
+    handles, bad = [], []
+    for i, (name, p) in enumerate(items):
         if not isinstance(p, torch.Tensor):
-            what = repr(name) if name is not None else f"entry {i}"
-            raise ValueError(f"broadcast_parameters: {what} is a {type(p).__name__}, not a "
-                             "tensor: nothing would overwrite it with root's (broadcast_object "
-                             "carries other objects)")
-    handles = []
-    for name, p in items:
-        if p.numel() == 0:
-            continue
-        handles.append(broadcast_async_(p.data, root_rank,
-                                        None if name is None else f"broadcast.{name}"))
+            bad.append((i, name, p))
+        elif p.numel():
+            handles.append(broadcast_async_(p.data, root_rank,
+                                            None if name is None else f"broadcast.{name}"))
     for h in handles:
         h.synchronize()
+    if bad:     # after the tensors' broadcasts, which the other ranks wait for (Horovod fails
+        i, name, p = bad[0]     # on these too, with an AttributeError)
+        what = repr(name) if name is not None else f"entry {i}"
+        raise ValueError(f"broadcast_parameters: {what} is a {type(p).__name__}, not a tensor: "
+                         "nothing would overwrite it with root's (broadcast_object carries other "
+                         "objects)")
 
 
 class _Slot:

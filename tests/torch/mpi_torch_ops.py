@@ -746,3 +746,22 @@ def test_a_sparse_tensor_on_one_rank_fails_every_rank(call):
         if call.endswith("_async"):
             hvd.synchronize(h)
     expect_raise_everywhere(go, ValueError if RANK == 0 else RuntimeError, "sparse")
+
+
+def test_broadcast_parameters_with_a_non_tensor_on_one_rank():
+    """The rank whose dict holds a non-tensor raises ValueError naming it; its tensors were
+    broadcast first, so the other ranks get root's values and nobody waits."""
+    params = {"w": torch.full((3,), float(RANK))}
+    if RANK == N - 1:
+        params["step"] = 7
+    failures = []
+    try:
+        hvd.broadcast_parameters(params, root_rank=0)
+        if RANK == N - 1:
+            failures.append(f"rank {RANK}: the int entry went through")
+    except ValueError as e:
+        if RANK != N - 1 or "'step' is a int" not in str(e):
+            failures.append(f"rank {RANK}: {e}")
+    if not torch.equal(params["w"], torch.zeros(3)):
+        failures.append(f"rank {RANK}: w is {params['w'].tolist()}, not root's")
+    assert_everywhere(failures)
