@@ -382,11 +382,12 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     s[2] = 0
     for k in range(np):
         s[HEAD + k * PER] = <int64_t>p[k].start
-        s[HEAD + k * PER + 1] = <int64_t>p[k].count + (_table_skew if k == 0 else 0)
+        s[HEAD + k * PER + 1] = <int64_t>p[k].count
         s[HEAD + k * PER + 2] = <int64_t>(<uint64_t>p[k].input)
         s[HEAD + k * PER + 3] = <int64_t>(<uint64_t>p[k].output)
         if p[k].count and (p[k].input == NULL or p[k].output == NULL):
             s[2] |= F_NULL
+    s[HEAD + 1] += _table_skew      # (tests: 0)
     err = shm_barrier(a)
     if err:
         return err
