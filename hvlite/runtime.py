@@ -426,7 +426,6 @@ def init(comm=None, process_sets=None):
     rank, or "dynamic" to allow add/remove_process_set later (as HVLITE_DYNAMIC_PROCESS_SETS=1
     does). Settings are read, then compared across ranks in one collective: a bad value on any
     rank, or a shared setting that differs, raises ConfigError on every rank."""
-    global _current, lean
     if _current is not None:
         _check_repeat(_current, comm, process_sets)
         return _current
