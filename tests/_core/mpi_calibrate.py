@@ -483,3 +483,48 @@ def test_a_copy_that_rides_with_the_vote_counts_in_shm_time():
         if entry["seconds"].get("shm", 0) < delay:
             failures.append(f"shm's trials did not count the copy: {entry}")
     assert_everywhere(failures)
+
+
+@pytest.mark.skipif(not ON or N < 2, reason="nothing to measure")
+def test_mapping_a_peers_output_pages_is_not_shm_time():
+    """Out of place on one node, the direct way stores each result chunk into the peers'
+    outputs, which lie in their shared arenas; the first stores into a new output's pages map
+    them here, once (~1 us a page: 18 ms against 8 in the first calls of 64 MiB on 2 ranks).
+    Those first calls are auto's trials, and shm lost them to rhd for the launch. The mapping is
+    done ahead of the stores and left out of the trial's time: slowed by 50 ms on every rank (a
+    test hook sleeps inside it) while every timed call writes into new outputs, shm's trials
+    and the direct way's still read their own time."""
+    from hvlite._core.shm import cma
+    coord = RT.global_state.coordinator
+    nbytes = 12 << 20       # class 8 MiB: no other test here uses it
+    if not RT.shm_info.get("direct") or RT.engine.cross_size != 1 or model_pick(nbytes) != "shm":
+        pytest.skip(f"the direct way does not run this size here: {RT.shm_info}")
+    cls, delay, failures = class_of(nbytes), 50e-3, []
+    x = np.full(nbytes // 4, RANK + 1, np.float32)
+    mapped = cma.pages_mapped()
+    coord._scale_way("slots", 50.0)     # the direct way kept, so shm's trials map pages
+    cma._slow_mapping(delay)
+    try:
+        for k in range(120):
+            # a name's first call is untimed (it goes through rank 0) and gets a heap array;
+            # its second, timed, a new block of the arena, whose pages the peers map
+            y = hvd.allreduce(x, op=hvd.Sum, name=f"cal.map.{k // 2}")
+            if not np.all(y == N * (N + 1) / 2):
+                failures.append(f"call {k}: {y[:4]}")
+                break
+            del y
+            if k % 2 and cls in coord.calibration(out_of_place=True):
+                break
+    finally:
+        cma._slow_mapping(0)
+        coord._scale_way("slots", 1.0)
+    entry, way = coord.calibration(out_of_place=True).get(cls), coord.shm_ways().get(cls)
+    if cma.pages_mapped() - mapped < nbytes // N // 4096:
+        failures.append(f"no peer's output pages mapped: {cma.pages_mapped() - mapped}")
+    if entry is None or "shm" not in entry["seconds"]:
+        failures.append(f"class {cls} out of place not measured with shm: {entry}")
+    elif entry["seconds"]["shm"] >= delay:
+        failures.append(f"shm's trials counted the mapping: {entry}")
+    if way is None or way["pick"] != "direct" or way["seconds"]["direct"] >= delay:
+        failures.append(f"the direct way's trials counted the mapping: {way}")
+    assert_everywhere(failures)

@@ -137,6 +137,7 @@ cdef void _map_outputs(Context* c, local):
             c.outs[r].map = <char*><uint64_t>map_peer(peer[0], peer[1], peer[3])
             if c.outs[r].map != NULL:
                 c.outs[r].base, c.outs[r].cap = peer[2], peer[3]
+                c.outs[r].mapped = <unsigned char*>calloc((peer[3] >> 15) + 1, 1)  # a bit a page
 
 
 cdef void context_free(Context* c) noexcept nogil:
@@ -147,6 +148,7 @@ cdef void context_free(Context* c) noexcept nogil:
         for r in range(c.local_size):
             if c.outs[r].map != NULL:
                 munmap(c.outs[r].map, c.outs[r].cap)
+            free(c.outs[r].mapped)
         free(c.outs)
         c.outs = NULL
     if c.ptracer_held:

@@ -2,17 +2,19 @@ from libc.stdint cimport uint64_t
 from hvlite._core.shm.segment cimport ShmArea, ShmPiece
 
 # A peer's output arena (shm/arena.pyx) as this rank sees it: mapped at `map` (NULL: not mapped),
-# at `base` in the peer's own address space, `cap` bytes long.
+# at `base` in the peer's own address space, `cap` bytes long; `mapped`: a bit per page, set
+# once the page is in this process's page tables (shm/cma.pyx, _ready; NULL: not tracked).
 cdef struct OutMap:
     char* map
     uint64_t base
     size_t cap
+    unsigned char* mapped
 
 # A batch's all-reduce on one node through the peers' own buffers (see shm/cma.pyx): 0 done,
 # 1 take the slot path instead (the same on every rank), or an error code. `op` is a kernel op.
 # divisor > 1: each result chunk divided before it goes out (Average's last pass, fused).
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a, const OutMap* maps, long divisor) noexcept nogil
+                              ShmArea* a, OutMap* maps, long divisor) noexcept nogil
 # Whether a batch of nbytes is large enough for the direct way at all (below, it returns 1).
 cdef bint direct_worth(ShmArea* a, size_t nbytes) noexcept nogil
 # Collective over the node: 1 when this rank can read every peer's memory.

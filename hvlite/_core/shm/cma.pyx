@@ -26,8 +26,8 @@ slot path.
 Whether the kernel lets the node's ranks read and write each other (same user; no Yama
 restriction, or PR_SET_PTRACER) is tried once when the segment is opened, and agreed.
 """
-from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
 from libc.stdint cimport int64_t, uint64_t
 from posix.unistd cimport getpid
 from hvlite._core.dtypes cimport dtype_size
@@ -46,6 +46,24 @@ cdef extern from "<sys/uio.h>" nogil:
                               const iovec* remote, unsigned long riovcnt, unsigned long flags)
 
 from hvlite._core.kernels.stream cimport hv_prefetch, hv_stream_copy_ahead
+
+cdef extern from "sync.h" nogil:
+    double hv_now()
+    void hv_sleep(double seconds)
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void** out, size_t alignment, size_t size)
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+
+cdef extern from *:
+    """
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    int MADV_POPULATE_WRITE
 
 cdef extern from "<stdio.h>" nogil:
     ctypedef struct FILE
@@ -209,9 +227,56 @@ cdef int _peer_inputs(const Table* t, size_t a, size_t b, size_t es, char* buf, 
     return 0
 
 
-cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap* to, size_t a,
-               size_t b, size_t es, iovec* loc, iovec* rem, bint stream,
-               hv_prefetch* ahead) noexcept nogil:
+cdef double _mapping_pause = 0  # tests: seconds added to each _ready that maps pages
+cdef long long _pages_mapped = 0    # pages of the peers' arenas _ready mapped here, all contexts
+
+
+cdef double _ready(OutMap* to, size_t off, size_t length, size_t upto) noexcept nogil:
+    """Pages [off, off + length) of the peer's arena mapped in this process's page tables before
+    this rank stores there, with the rest of what it will store in this output (up to `upto`)
+    in one call; the seconds that took. The peer populated its pages when it carved the block
+    (arena.pyx), but only in its own mapping: here the first stores into each page faulted,
+    8,192 of them in the first calls of a 64 MiB output on 2 ranks, ~10 ms; those calls are the
+    ones auto's trials time (shm out of place measured 16-18 ms there and 7-8 ms later, and lost
+    its trials to rd or rhd for the launch). Mapping them ahead costs about as much (~1 us a
+    page), but in one place, so the caller takes this one-time cost out of the trial's time."""
+    global _pages_mapped
+    cdef size_t p = off >> 12, last = (off + length - 1) >> 12, end
+    cdef double t0
+    if to.mapped == NULL:
+        return 0
+    while p <= last and to.mapped[p >> 3] & (1 << (p & 7)):
+        p += 1
+    if p > last:
+        return 0
+    t0 = hv_now()
+    end = max(min((upto + 4095) >> 12, to.cap >> 12), last + 1)
+    madvise(to.map + (p << 12), (end - p) << 12, MADV_POPULATE_WRITE)  # (else the stores fault)
+    _pages_mapped += end - p
+    while p < end:
+        to.mapped[p >> 3] |= <unsigned char>(1 << (p & 7))
+        p += 1
+    if _mapping_pause > 0:
+        hv_sleep(_mapping_pause)        # (tests: asleep, as a slow mapping would be)
+    return hv_now() - t0
+
+
+def pages_mapped():
+    """Pages of the peers' output arenas this process mapped before its first stores there
+    (every context): for tests and docs."""
+    return _pages_mapped
+
+
+def _slow_mapping(double seconds):
+    """Tests only: mapping a peer's output pages here for the first time takes `seconds`
+    longer (asleep)."""
+    global _mapping_pause
+    _mapping_pause = seconds
+
+
+cdef int _push(const Table* mine, const char* acc, const Table* t, OutMap* to, size_t a,
+               size_t b, size_t hi, size_t es, iovec* loc, iovec* rem, bint stream,
+               hv_prefetch* ahead, double* mapping) noexcept nogil:
     """The result for batch elements [a, b) into a peer's outputs: from acc (contiguous), or
     with acc NULL from this rank's own outputs. Where the peer's output lies in its arena
     (mapped here) this rank stores them itself (past the cache with `stream`, prefetching
@@ -241,6 +306,8 @@ cdef int _push(const Table* mine, const char* acc, const Table* t, const OutMap*
         length = (stop - a) * es
         dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
         if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
+            mapping[0] += _ready(to, dst - to.base, length, <size_t>(dst - to.base) + (
+                min(<size_t>(t.w[i * PER] + t.w[i * PER + 1]), hi) - a) * es)
             if stream:
                 hv_stream_copy_ahead(to.map + (dst - to.base), src, length, ahead)
             else:
@@ -342,6 +409,24 @@ cdef void _next_inputs(const int64_t* w, size_t np, size_t a, size_t b, size_t e
         ahead.left = (stop - a) * es
 
 
+cdef void _scratch(ShmArea* a, Table** tables, iovec** loc, char** acc) noexcept nogil:
+    """The call's tables, iovecs and two chunk buffers (NULL each, without memory): made at the
+    area's first direct all-reduce, touched once, and kept until it closes. Allocated per call
+    (144 KiB) they were now and then fresh pages: 0.3 page faults a call on one rank of an
+    out-of-place 64 MiB loop on 2 ranks, none since."""
+    cdef size_t bufs = 2 * CHUNK, iovs = 2 * NIOV * sizeof(iovec)
+    cdef void* m = a.direct_scratch
+    if m == NULL and posix_memalign(&m, 4096, bufs + iovs + a.L * sizeof(Table)) == 0:
+        memset(m, 0, bufs + iovs + a.L * sizeof(Table))
+        a.direct_scratch = m
+    elif m == NULL:
+        tables[0], loc[0], acc[0] = NULL, NULL, NULL
+        return
+    acc[0] = <char*>m
+    loc[0] = <iovec*>(<char*>m + bufs)
+    tables[0] = <Table*>(<char*>m + bufs + iovs)
+
+
 cdef OutMap _NO_MAP
 cdef int64_t _table_skew = 0    # tests: added to the first piece's count in this rank's table
 
@@ -353,12 +438,12 @@ def _skew_table(int64_t n):
     _table_skew = n
 
 
-cdef inline const OutMap* _map(const OutMap* maps, int r) noexcept nogil:
+cdef inline OutMap* _map(OutMap* maps, int r) noexcept nogil:
     return &maps[r] if maps != NULL else &_NO_MAP
 
 
 cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dtype, int op,
-                              ShmArea* a, const OutMap* maps, long divisor) noexcept nogil:
+                              ShmArea* a, OutMap* maps, long divisor) noexcept nogil:
     """Returns 0 when done, 1 when the caller must take the slot path (every rank returns the
     same), or an error code. maps: per node rank, its output arena mapped here (or NULL).
     divisor > 1: each chunk's result is divided before it goes out (a fused Average)."""
@@ -371,6 +456,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     cdef char* acc
     cdef char* tmp
     cdef bint stream = count * es >= SHM_STREAM_MIN, first
+    cdef double mapping = 0     # seconds spent mapping the peers' output pages here (_ready)
     cdef hv_prefetch ahead      # with `stream`: this rank's next inputs (else nothing)
     ahead.at, ahead.left = NULL, 0
     if count == 0:
@@ -391,25 +477,17 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
     err = shm_barrier(a)
     if err:
         return err
-    tables = <Table*>malloc(a.L * sizeof(Table))
-    loc = <iovec*>malloc(2 * NIOV * sizeof(iovec))
-    acc = <char*>malloc(2 * CHUNK)
+    _scratch(a, &tables, &loc, &acc)
     for r in range(a.L):
         if tables != NULL:
             _table(a, r, parity, &tables[r])
         if (<const int64_t*>shm_slot(a, r, parity))[2] & F_NULL:
             fallback = 1
     if fallback:            # every rank saw the same tables
-        free(tables)
-        free(loc)
-        free(acc)
         return 1
     for r in range(a.L if tables != NULL else 0):
         if not _same_pieces(&tables[r], p, np):     # every rank reads the same words: the
-            free(tables)                            # same verdict everywhere
-            free(loc)
-            free(acc)
-            return HV_ERR_SHM_TABLE
+            return HV_ERR_SHM_TABLE                 # same verdict everywhere
     if tables == NULL or loc == NULL or acc == NULL:
         err = HV_ERR_NOMEM      # still through every barrier, so no peer is left waiting
     rem = loc + NIOV if loc != NULL else NULL
@@ -438,7 +516,7 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
             for r in range(a.L):        # the result, still in the cache, to every peer
                 if r != a.me and err == 0:
                     err = _push(&tables[a.me], NULL, &tables[r], _map(maps, r), at, at + n,
-                                es, loc, rem, stream, NULL)
+                                hi, es, loc, rem, stream, NULL, &mapping)
         else:
             # in rank order, this rank's inputs folded in where they come, not copied first
             # (a fifth of an out-of-place 64 MiB call on 2 ranks went to that copy)
@@ -465,17 +543,15 @@ cdef int shm_direct_allreduce(const ShmPiece* p, size_t np, size_t count, int dt
                 shm_scatter(p, np, at, at + n, acc, dtype, stream, &ahead)
             for r in range(a.L):
                 if r != a.me and err == 0:
-                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, es, loc, rem,
-                                stream, &ahead)
+                    err = _push(NULL, acc, &tables[r], _map(maps, r), at, at + n, hi, es, loc,
+                                rem, stream, &ahead, &mapping)
         at += n
+    # a peer's output pages mapped here for the first time: not the algorithm's time (trials)
+    a.credit -= mapping
     # The last barrier: every peer's writes into this rank's outputs are done, and no rank
     # returns (letting its buffers go) while a peer still reaches into them. A failed write
     # left a peer's result wrong, so every rank fails, not only the one that saw it.
-    err = cma_agree(a, err)
-    free(tables)
-    free(loc)
-    free(acc)
-    return err
+    return cma_agree(a, err)
 
 
 # How many contexts use cross-memory attach, and whether this process opened itself to ptrace for

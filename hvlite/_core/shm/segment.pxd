@@ -35,6 +35,8 @@ cdef struct ShmArea:
     long long carried    # copy-ins that rode with the vote: a barrier each saved
     bint direct          # every node rank can read the others' memory (shm/cma.pyx), agreed
     long long read_direct  # allgathers and alltoalls that read a peer's buffer
+    void* direct_scratch # the direct all-reduce's tables, iovecs and chunk buffers (shm/cma.pyx):
+                         # made once and kept, not allocated per call
     char why[160]
 
 # Allocate and map (collective over `local`); on failure area.base stays NULL. Never raises.

@@ -22,6 +22,7 @@ exclusive create succeeded ever unlinks it: a failed create never removes anothe
 """
 import os
 from libc.errno cimport errno
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset, strncpy
 from libc.stdio cimport fprintf, stderr
 from libc.stdint cimport uint64_t
@@ -709,6 +710,8 @@ cdef void shm_set_why(ShmArea* a, str why):
 
 
 cdef void shm_close_area(ShmArea* a) noexcept nogil:
+    free(a.direct_scratch)
+    a.direct_scratch = NULL
     if a.base != NULL:
         munmap(a.base, a.map_bytes)
         a.base = NULL
