@@ -338,6 +338,40 @@ def test_a_peers_table_that_does_not_match_fails_the_call_everywhere():
     assert_everywhere(failures)
 
 
+def test_an_address_near_the_top_is_not_written_through_a_peers_arena():
+    """Where a peer's output lies in its arena, mapped here, this rank stores into it itself,
+    after checking that the address lies inside. The address comes from shared memory; near
+    2**64 the check's sum wrapped and passed, and the store went anywhere in this process. With
+    every push sent there (a test hook), the check now refuses it, the kernel's write fails, and
+    the call fails on every rank; the next call runs."""
+    if not DIRECT:
+        pytest.skip("no direct reads here")
+    from hvlite._core.shm import cma
+    x = np.full((1 << 20) // 4, RANK + 1, np.float32)
+    coord, failures = hvd._current().global_state.coordinator, []
+    coord._scale_way("slots", 50.0)     # until the segment takes the direct way for 1 MiB
+    try:
+        for k in range(100):    # (from the name's second call its output lies in the arena)
+            way = coord.shm_ways().get(1 << 20)
+            if k >= 2 and (os.environ.get("HVLITE_CALIBRATE") == "0" or (
+                    way and way["pick"] == "direct" and way["challenging"] is None)):
+                break
+            hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
+        cma._push_to((1 << 64) - 4096 if RANK == 0 else 0)
+        got = hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
+        failures.append(f"rank {RANK}: a push to the top of memory went through: {got[:3]}")
+    except hvd.HvliteError as e:
+        if "shared-memory" not in str(e):
+            failures.append(f"rank {RANK}: {type(e).__name__}: {e}")
+    finally:
+        cma._push_to(0)
+        coord._scale_way("slots", 1.0)
+    got = hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
+    if not np.all(got == N * (N + 1) / 2):
+        failures.append(f"rank {RANK}: after it {got[:3]}")
+    assert_everywhere(failures)
+
+
 def test_direct_reads_give_every_rank_the_same_bits():
     """Reading the peers' buffers directly (the default on one node, where the kernel allows
     it): floats whose sum depends on the order come out bit for bit the same on every rank and

@@ -305,7 +305,12 @@ cdef int _push(const Table* mine, const char* acc, const Table* t, OutMap* to, s
         stop = min(stop, b)
         length = (stop - a) * es
         dst = <uint64_t>t.w[i * PER + 3] + (a - <size_t>t.w[i * PER]) * es
-        if to.map != NULL and to.base <= dst and dst + length <= to.base + to.cap:
+        if _push_to_for_tests:
+            dst = _push_to_for_tests
+        # inside the peer's arena, checked without a sum that can wrap (the address is read
+        # from shared memory: near 2**64, dst + length came out small and passed)
+        if (to.map != NULL and dst >= to.base and dst - to.base <= to.cap
+                and length <= to.cap - (dst - to.base)):
             mapping[0] += _ready(to, dst - to.base, length, <size_t>(dst - to.base) + (
                 min(<size_t>(t.w[i * PER] + t.w[i * PER + 1]), hi) - a) * es)
             if stream:
@@ -429,6 +434,14 @@ cdef void _scratch(ShmArea* a, Table** tables, iovec** loc, char** acc) noexcept
 
 cdef OutMap _NO_MAP
 cdef int64_t _table_skew = 0    # tests: added to the first piece's count in this rank's table
+cdef uint64_t _push_to_for_tests = 0    # tests: the address every push writes to (0: the table's)
+
+
+def _push_to(uint64_t address):
+    """Tests only: this rank writes every chunk it pushes to `address` in the peer (0: where
+    the peer's table says), as a damaged address in the shared segment would send it."""
+    global _push_to_for_tests
+    _push_to_for_tests = address
 
 
 def _skew_table(int64_t n):
