@@ -313,6 +313,24 @@ def test_large_gathered_results_are_reused_only_when_nobody_holds_them():
     assert_everywhere(failures)
 
 
+def _one_bad_call(name, hook, expect, what, failures):
+    """One shm all-reduce of 1 MiB with a test hook set (hook(True)) fails on every rank with
+    `expect` in its message; with the hook unset again, the next call under the name is right."""
+    x = np.full((1 << 20) // 4, RANK + 1, np.float32)
+    hook(True)
+    try:
+        got = hvd.allreduce(x, op=hvd.Sum, name=name, algorithm="shm")
+        failures.append(f"rank {RANK}: {what} went through: {got[:3]}")
+    except hvd.HvliteError as e:
+        if expect not in str(e):
+            failures.append(f"rank {RANK}: {type(e).__name__}: {e}")
+    finally:
+        hook(False)
+    got = hvd.allreduce(x, op=hvd.Sum, name=name, algorithm="shm")
+    if not np.all(got == N * (N + 1) / 2):
+        failures.append(f"rank {RANK}: after it {got[:3]}")
+
+
 def test_a_peers_table_that_does_not_match_fails_the_call_everywhere():
     """The direct all-reduce reads and writes where the peers' tables say. A table that lays
     the batch out otherwise than this rank's own pieces (damaged shared memory; a test hook
@@ -321,20 +339,9 @@ def test_a_peers_table_that_does_not_match_fails_the_call_everywhere():
     if not DIRECT:
         pytest.skip("no direct reads here")
     from hvlite._core.shm import cma
-    x = np.full((1 << 20) // 4, RANK + 1, np.float32)
     failures = []
-    cma._skew_table(1 if RANK == N - 1 else 0)
-    try:
-        got = hvd.allreduce(x, op=hvd.Sum, name="d.skew", algorithm="shm")
-        failures.append(f"rank {RANK}: a skewed table went through: {got[:3]}")
-    except hvd.HvliteError as e:
-        if "table in the shared segment" not in str(e):
-            failures.append(f"rank {RANK}: {type(e).__name__}: {e}")
-    finally:
-        cma._skew_table(0)
-    got = hvd.allreduce(x, op=hvd.Sum, name="d.skew", algorithm="shm")
-    if not np.all(got == N * (N + 1) / 2):
-        failures.append(f"rank {RANK}: after it {got[:3]}")
+    _one_bad_call("d.skew", lambda on: cma._skew_table(1 if on and RANK == N - 1 else 0),
+                  "table in the shared segment", "a skewed table", failures)
     assert_everywhere(failures)
 
 
@@ -357,18 +364,11 @@ def test_an_address_near_the_top_is_not_written_through_a_peers_arena():
                     way and way["pick"] == "direct" and way["challenging"] is None)):
                 break
             hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
-        cma._push_to((1 << 64) - 4096 if RANK == 0 else 0)
-        got = hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
-        failures.append(f"rank {RANK}: a push to the top of memory went through: {got[:3]}")
-    except hvd.HvliteError as e:
-        if "shared-memory" not in str(e):
-            failures.append(f"rank {RANK}: {type(e).__name__}: {e}")
+        _one_bad_call("d.top", lambda on: cma._push_to((1 << 64) - 4096 if on and RANK == 0
+                                                       else 0),
+                      "shared-memory", "a push to the top of memory", failures)
     finally:
-        cma._push_to(0)
         coord._scale_way("slots", 1.0)
-    got = hvd.allreduce(x, op=hvd.Sum, name="d.top", algorithm="shm")
-    if not np.all(got == N * (N + 1) / 2):
-        failures.append(f"rank {RANK}: after it {got[:3]}")
     assert_everywhere(failures)
 
 
