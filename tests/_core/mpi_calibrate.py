@@ -491,7 +491,7 @@ def test_mapping_a_peers_output_pages_is_not_shm_time():
     outputs, which lie in their shared arenas; the first stores into a new output's pages map
     them here, once (~1 us a page: 18 ms against 8 in the first calls of 64 MiB on 2 ranks).
     Those first calls are auto's trials, and shm lost them to rhd for the launch. The mapping is
-    done ahead of the stores and left out of the trial's time: slowed by 50 ms on every rank (a
+    done ahead of the stores and left out of the trial's time: slowed by 250 ms on every rank (a
     test hook sleeps inside it) while every timed call writes into new outputs, shm's trials
     and the direct way's still read their own time."""
     from hvlite._core.shm import cma
@@ -499,7 +499,7 @@ def test_mapping_a_peers_output_pages_is_not_shm_time():
     nbytes = 12 << 20       # class 8 MiB: no other test here uses it
     if not RT.shm_info.get("direct") or RT.engine.cross_size != 1 or model_pick(nbytes) != "shm":
         pytest.skip(f"the direct way does not run this size here: {RT.shm_info}")
-    cls, delay, failures = class_of(nbytes), 50e-3, []
+    cls, delay, failures = class_of(nbytes), 0.25, []
     x = np.full(nbytes // 4, RANK + 1, np.float32)
     mapped = cma.pages_mapped()
     coord._scale_way("slots", 50.0)     # the direct way kept, so shm's trials map pages
