@@ -125,7 +125,7 @@ class Settings:
         "uses the `HVLITE_ALPHA_*`, `HVLITE_BETA_*` and `HVLITE_GAMMA` figures.")
     calibrate: bool = _setting(
         True, "HVLITE_CALIBRATE",
-        "`auto` tries, on each size class's first calls (powers of two, 1 KiB to 16 MiB), the "
+        "`auto` tries, on each size class's first calls (powers of two, 1 KiB to 256 MiB), the "
         "algorithms the cost model puts within 2.5x of its best (1.4x across nodes), twice each, "
         "and the ones within 2x of the fastest once more, keeps the fastest (the slowest rank's times, so all ranks "
         "agree) and confirms it on later calls, measuring again when they disagree; `0` leaves "

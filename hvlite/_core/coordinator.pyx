@@ -591,10 +591,13 @@ cdef class Coordinator(Rounds):
         calls in place or (out_of_place) not; read between rounds."""
         return self._measured(0, out_of_place)
 
-    def shm_ways(self, fused=False):
+    def shm_ways(self, fused=False, out_of_place=False):
         """Which way the shared segment took per size class where it measured both (through its
-        slots or straight from the peers' buffers), for single buffers or (fused) batches of
-        several tensors; the same table as calibration(). Read between rounds."""
+        slots or straight from the peers' buffers), for single buffers in place, single buffers
+        out of place, or (fused) batches of several tensors; the same table as calibration().
+        Read between rounds."""
+        if out_of_place and not fused:
+            return self._measured(3, True)
         return self._measured(1, fused)
 
     def shm_waits(self):
@@ -626,12 +629,13 @@ cdef class Coordinator(Rounds):
         return self._measured(2, alltoall)
 
     cdef dict _measured(self, int which, bint upper):
-        """A snapshot of auto's calibration (which 0), the segment's ways' (1) or the
-        allgather and alltoall reads' (2), as a table."""
+        """A snapshot of auto's calibration (which 0), the segment's ways' (1; 3: out of place)
+        or the allgather and alltoall reads' (2), as a table."""
         cdef Calibration snap
         with nogil:
             hv_lock(&self.rmon)
-            snap = self.ctx.cal if which == 0 else (self.ctx.ways if which == 1 else self.ctx.reads)
+            snap = (self.ctx.cal if which == 0 else self.ctx.ways if which == 1
+                    else self.ctx.reads if which == 2 else self.ctx.ways_apart)
             self._release_round()
         return calibration_table(&snap, upper)
 
@@ -643,6 +647,7 @@ cdef class Coordinator(Rounds):
         with nogil:
             hv_lock(&self.rmon)
             self.ctx.ways.scale, self.ctx.ways.scale_only = factor, code
+            self.ctx.ways_apart.scale, self.ctx.ways_apart.scale_only = factor, code
             self._release_round()
 
     def _scale_read(self, str way, double factor):
@@ -1032,9 +1037,10 @@ cdef class Coordinator(Rounds):
         self.negotiate_seconds += ready - t0
         # after rank 0's gather and broadcast the ranks leave out of step: auto times nothing
         self.ctx.cal.untimed = self.ctx.ways.untimed = (flags & SLOW_FLAGS) != SLOW_FLAGS
-        self.ctx.reads.untimed = self.ctx.cal.untimed
+        self.ctx.reads.untimed = self.ctx.ways_apart.untimed = self.ctx.cal.untimed
         self._run_ready(items, finish < 2, t0, ready)
         self.ctx.cal.untimed = self.ctx.ways.untimed = self.ctx.reads.untimed = False
+        self.ctx.ways_apart.untimed = False
         if self._ran_into_failure():
             return 1
         if finish:

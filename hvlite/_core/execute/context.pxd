@@ -28,6 +28,9 @@ cdef struct Context:
     Calibration cal      # auto's measured picks per size class (tuning/calibrate.pyx)
     Calibration ways     # with direct_ok: per size class the segment's faster way, slots or
                          # direct (upper classes: batches in pieces), measured the same way
+    Calibration ways_apart  # the same for lone buffers whose output is apart from their input
+                         # (upper classes only): out of place the two ways cost otherwise
+    bint apart           # the lone tensor running now is out of place on some rank (agreed)
     Calibration reads    # with direct_ok: per size class whether allgather (lower classes) and
                          # alltoall (upper) read large parts from their senders or copy them
                          # through the slots (shm/copy.pyx), measured the same way

@@ -34,7 +34,8 @@ cdef int run_adasum(Context* c, char* buf, const size_t* counts, size_t ntensors
                     int dtype) noexcept nogil
 # Whether fused batches of `algorithm` go through the shared segment, and running one: each
 # piece's input reduced into its output, Average divided as above (fused: a batch of several
-# tensors, the same on every rank; the segment measures its ways apart for those).
+# tensors, the same on every rank; the segment measures its ways apart for those, and for a lone
+# tensor out of place on some rank, c.apart).
 cdef bint pieces_in_segment(Context* c, int algorithm) noexcept nogil
 cdef int run_allreduce_pieces(Context* c, const ShmPiece* pieces, size_t npieces, size_t count,
                               int dtype, int op, long divisor, bint fused) noexcept nogil

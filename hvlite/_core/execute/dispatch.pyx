@@ -62,6 +62,7 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     cdef int i, a
     c.outs = NULL
     c.stamps = False
+    c.apart = False
     c.comm = (<MPI.Comm>comm).ob_mpi
     c.local = (<MPI.Comm>local).ob_mpi
     c.cross = (<MPI.Comm>cross).ob_mpi
@@ -83,6 +84,9 @@ cdef int context_init(Context* c, object comm, object local, object cross, bint 
     cal_init(&c.ways, calibrate > 0, calibrate > 1, nodes)
     c.ways.names, c.ways.who, c.ways.apart_text = HV_SHM_WAY_NAMES, b"the shared segment", b" in pieces"
     c.ways.warm = True
+    cal_init(&c.ways_apart, calibrate > 0, calibrate > 1, nodes)
+    c.ways_apart.names, c.ways_apart.who = HV_SHM_WAY_NAMES, b"the shared segment"
+    c.ways_apart.apart_text, c.ways_apart.warm = b" out of place", True
     cal_init(&c.reads, calibrate > 0, calibrate > 1, nodes)
     c.reads.names, c.reads.who, c.reads.apart_text = (HV_SHM_WAY_NAMES, b"allgather's reads",
                                                       b" (alltoall)")
@@ -167,7 +171,7 @@ cdef int auto_choice(Context* c, size_t nbytes, bint apart=False) noexcept nogil
 cdef bint carry_timed(Context* c, size_t nbytes, int algorithm, bint apart) noexcept nogil:
     return (algorithm == ALG_AUTO and cal_may_time(&c.cal, size_class(nbytes, apart))
             or c.direct_ok and c.ways.enabled and direct_worth(&c.shm, nbytes)
-            and cal_may_time(&c.ways, size_class(nbytes, False)))
+            and cal_may_time(_ways(c, False, apart), size_class(nbytes, apart)))
 
 
 cdef str _cand_name(const Calibration* cal, int code):
@@ -227,8 +231,8 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
     if not c.cal.enabled or c.size <= 1:
         return model
     if c.cal.pick[cls] >= 0:
-        a = cal_kept(&c.cal, cls)       # confirmed (and challenged) now and then on the job's calls
-        if a == ALG_SHM and c.cal.armed and _way_unsettled(c, nbytes):
+        a = cal_kept(&c.cal, cls, nbytes)   # confirmed (and challenged) now and then on the job's calls
+        if a == ALG_SHM and c.cal.armed and _way_unsettled(c, nbytes, apart):
             c.cal.armed = 0     # this call measures the segment's ways: not shm's own time
         return a
     if c.cal.untimed:       # ranks out of step (the round went through rank 0): no trial now
@@ -280,23 +284,35 @@ cdef int resolve_algorithm(Context* c, size_t nbytes, int algo, bint apart=False
         cal_begin(&c.cal, cls, nbytes, cand, pred, n)
         if lone:    # the model was sure: a challenger must win clearly, not by a trial's noise
             c.cal.bar[cls] = LONE_BAR
-    a = cal_next(&c.cal, cls)
-    if a == ALG_SHM and _way_unsettled(c, nbytes):
+    a = cal_next(&c.cal, cls, nbytes)
+    if a == ALG_SHM and _way_unsettled(c, nbytes, apart):
         c.cal.armed = 0     # this call measures the segment's ways; shm's own trials come after
     return a
 
 
-cdef bint _way_unsettled(Context* c, size_t nbytes) noexcept nogil:
+cdef inline Calibration* _ways(Context* c, bint fused, bint apart) noexcept nogil:
+    """Where the segment's ways are measured: batches of several tensors in c.ways' upper
+    classes, lone buffers in place in its lower ones, lone buffers out of place in
+    c.ways_apart's upper ones. Out of place the slots copy the result out once more and the
+    direct way writes the peers' outputs in their arenas: at 64 MiB on 2 ranks the slots won
+    the class on the benchmark's in-place calls (7.0 ms against 7.8) and then ran its
+    out-of-place calls at 11 ms, where the direct way takes 7.2-8.8."""
+    return &c.ways_apart if apart and not fused else &c.ways
+
+
+cdef bint _way_unsettled(Context* c, size_t nbytes, bint apart) noexcept nogil:
     """Whether the segment's way for such a single buffer is being measured or challenged:
     then a call of shm times the ways, not shm."""
-    cdef int cls = size_class(nbytes, False)
-    return (c.direct_ok and c.ways.enabled and direct_worth(&c.shm, nbytes)
-            and (c.ways.pick[cls] < 0 or c.ways.challenger[cls] >= 0))
+    cdef int cls = size_class(nbytes, apart)
+    cdef Calibration* w = _ways(c, False, apart)
+    return (c.direct_ok and w.enabled and direct_worth(&c.shm, nbytes)
+            and (w.pick[cls] < 0 or w.challenger[cls] >= 0))
 
 
 cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
-    """Whether this batch (fused: of several tensors, the same on every rank) goes the direct
-    way; timed when its class is being measured or confirmed (_way_done agrees the time).
+    """Whether this batch (fused: of several tensors, the same on every rank; else a lone
+    buffer, out of place on some rank where c.apart says so) goes the direct way; timed when
+    its class is being measured or confirmed (_way_done agrees the time).
     Direct reads skip two copies but the kernel walks the pages one by one; through the slots
     every byte is copied but stays in the cache. Here 1-4 MiB ran 2x faster through the slots
     and the fused 24 MB step (4 KiB pages) 1.3-1.6x, while large buffers in huge pages ran alike;
@@ -305,7 +321,7 @@ cdef bint _way(Context* c, size_t nbytes, bint fused) noexcept nogil:
     c.shm.credit = 0
     if not c.direct_ok or not direct_worth(&c.shm, nbytes):
         return False
-    return _direct_or_slots(&c.ways, nbytes, fused)
+    return _direct_or_slots(_ways(c, fused, c.apart), nbytes, fused or c.apart)
 
 
 cdef bint _direct_or_slots(Calibration* cal, size_t nbytes, bint upper) noexcept nogil:
@@ -319,14 +335,14 @@ cdef bint _direct_or_slots(Calibration* cal, size_t nbytes, bint upper) noexcept
         return True
     cls = size_class(nbytes, upper)
     if cal.pick[cls] >= 0:
-        return cal_kept(cal, cls) == WAY_DIRECT
+        return cal_kept(cal, cls, nbytes) == WAY_DIRECT
     if cal.untimed:         # ranks out of step: no trial now
         return True
     if cal.ncand[cls] == 0:
         cand[0], cand[1] = WAY_DIRECT, WAY_SLOTS
         pred[0], pred[1] = 1.0, 2.0
         cal_begin(cal, cls, nbytes, cand, pred, 2)
-    return cal_next(cal, cls) == WAY_DIRECT
+    return cal_next(cal, cls, nbytes) == WAY_DIRECT
 
 
 cdef bint read_way(Context* c, size_t nbytes, bint alltoall, bint could) noexcept nogil:
@@ -354,12 +370,15 @@ cdef bint read_way_slots(Context* c, size_t nbytes, bint alltoall) noexcept nogi
 cdef int _way_done(Context* c, int err) noexcept nogil:
     """After a batch _way chose for, on every rank of the node alike (as resolved_done)."""
     if err:
-        c.ways.armed = 0
+        c.ways.armed = c.ways_apart.armed = 0
         return err
     # the slots' copy-in, if it rode with the vote, counts (resolved_done); auto may be timing
-    # the same call (the segment's confirming window and shm's trials meet)
+    # the same call (the segment's confirming window and shm's trials meet). At most one of the
+    # two is armed (every rank alike); the other returns at once.
     cal_credit(&c.ways, c.shm.credit)
-    return cal_done(&c.ways, c.comm, &c.scratch)
+    cal_credit(&c.ways_apart, c.shm.credit)
+    err = cal_done(&c.ways, c.comm, &c.scratch)
+    return err or cal_done(&c.ways_apart, c.comm, &c.scratch)
 
 
 cdef int resolved_done(Context* c, int err) noexcept nogil:

@@ -70,7 +70,13 @@ cdef int _run_batch(Context* c, FusionBuffer* f, vector[Item]& items, vector[siz
                     long divisor) noexcept nogil:
     """One batch; if auto's choice for it was one of a size class's trials, its time is
     agreed and recorded afterwards, on every path (dispatch.resolved_done), unless it failed."""
-    return resolved_done(c, _run_batch_on(c, f, items, batch, divisor))
+    cdef int err
+    # a lone tensor out of place on some rank (the agreed flag): the segment's ways are timed
+    # apart for those, whichever path this rank's own buffers take (dispatch._ways)
+    c.apart = batch.size() == 1 and items[batch[0]].meta.apart
+    err = _run_batch_on(c, f, items, batch, divisor)
+    c.apart = False
+    return resolved_done(c, err)
 
 
 cdef int _run_batch_on(Context* c, FusionBuffer* f, vector[Item]& items, vector[size_t]& batch,

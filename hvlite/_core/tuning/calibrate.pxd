@@ -2,13 +2,14 @@ from mpi4py.libmpi cimport MPI_Comm
 from hvlite._core.codes cimport ALG_COUNT
 from hvlite._core.algorithms.algorithm cimport Scratch
 
-# Size classes: powers of two from 1 KiB (everything smaller too) to 16 MiB (everything larger),
+# Size classes: powers of two from 1 KiB (everything smaller too) to 256 MiB (everything larger),
 # once for calls in place and once for outputs apart from their inputs (CAL_CLASSES on): the
 # algorithms rank differently (on one node out of place costs the shared-memory path one more
-# pass over memory; ring and rhd read the input as they go).
+# pass over memory; ring and rhd read the input as they go). Above 16 MiB too: on 2 ranks 16 MiB
+# buffers still fit the last-level cache and 64 MiB do not, and the segment's ways swapped there.
 cdef enum:
     CAL_LOW = 10
-    CAL_HIGH = 24
+    CAL_HIGH = 28
     CAL_CLASSES = CAL_HIGH - CAL_LOW + 1
     CAL_SLOTS = 2 * CAL_CLASSES
     CAL_MAX_CANDIDATES = 8
@@ -58,6 +59,7 @@ cdef struct Calibration:
     int armed            # 1 + the class of the timed call under way; 0: none
     int armed_k          # its candidate; -1: a confirming call of the pick; -2: a challenger's
     double t0
+    double armed_bytes   # its size: its time counts as at the class's at_bytes (cal_done)
 
 # Everything cleared: nothing measured (enabled: calibrate at all; verbose: rank 0 prints).
 cdef void cal_init(Calibration* cal, bint enabled, bint verbose, int nodes) noexcept nogil
@@ -72,12 +74,12 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
 cdef int cal_neighbour(const Calibration* cal, int cls) noexcept nogil
 # Whether algo's trials in class cls took over NEAR x the time of the class's pick.
 cdef bint cal_lost(const Calibration* cal, int cls, int algo) noexcept nogil
-# The algorithm for this call of class cls (its trials under way): the next candidate in turn,
-# timed from now.
-cdef int cal_next(Calibration* cal, int cls) noexcept nogil
-# The kept pick of class cls for this call, timed from now when a confirming window is open; or
-# the runner-up, while it challenges the pick.
-cdef int cal_kept(Calibration* cal, int cls) noexcept nogil
+# The algorithm for this call of nbytes in class cls (its trials under way): the next candidate
+# in turn, timed from now.
+cdef int cal_next(Calibration* cal, int cls, size_t nbytes) noexcept nogil
+# The kept pick of class cls for this call of nbytes, timed from now when a confirming window is
+# open; or the runner-up, while it challenges the pick.
+cdef int cal_kept(Calibration* cal, int cls, size_t nbytes) noexcept nogil
 # Whether the next call of class cls may be timed (its trials, a challenger's or a confirming
 # window's calls); False only where it will not be.
 cdef bint cal_may_time(const Calibration* cal, int cls) noexcept nogil

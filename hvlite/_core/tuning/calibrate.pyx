@@ -65,6 +65,9 @@ cdef double CUT = 2.0       # slower than this x the fastest in the first pass: 
 cdef double DRIFT = 1.5     # a confirming window this far from the trials: measure again
 cdef double NEAR = 1.5      # across nodes: slower than this x the pick a class or two away: not tried
 cdef double SWITCH = 1.1    # a challenger this much faster than the pick's window takes its place
+# A call's fixed cost in bytes of its bandwidth: one node ~2 us against ~60 us a MiB (35 KB),
+# across hosts at 1 Gbit/s ~60 us against 8 ms a MiB (8 KB)
+cdef double LATENCY_BYTES = 32768
 cdef double CHALLENGE_COST = 0.03   # a challenge's extra time, at most this of the calls since the last
 
 
@@ -141,7 +144,7 @@ cdef void cal_begin(Calibration* cal, int cls, size_t nbytes, const int* candida
     cal.at_bytes[cls] = <double>nbytes
 
 
-cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
+cdef int cal_next(Calibration* cal, int cls, size_t nbytes) noexcept nogil:
     """The candidate still in that has run the fewest trials (the first such in the candidates'
     order): two passes over all, then the survivors in turn. With `warm`, every other call is
     the next trial's candidate untimed: a call right after another candidate's pays for the
@@ -155,26 +158,26 @@ cdef int cal_next(Calibration* cal, int cls) noexcept nogil:
         cal.warmed[cls] = True
         return cal.cand[cls][k]
     cal.warmed[cls] = False
-    cal.armed, cal.armed_k = cls + 1, k
+    cal.armed, cal.armed_k, cal.armed_bytes = cls + 1, k, <double>nbytes
     cal.t0 = hv_now()
     return cal.cand[cls][k]
 
 
-cdef int cal_kept(Calibration* cal, int cls) noexcept nogil:
+cdef int cal_kept(Calibration* cal, int cls, size_t nbytes) noexcept nogil:
     cdef int k = cal.challenger[cls]
     if k >= 0 and cal.untimed:      # the pick runs: the challenger warms up again after it
         cal.warmed[cls] = False
     if cal.ncand[cls] > 1 and not cal.untimed:    # a lone candidate had no trials to confirm
         if k >= 0:          # a warm-up call, then CAL_TRIALS timed ones (cal_done ends it)
             if cal.warmed[cls]:
-                cal.armed, cal.armed_k = cls + 1, -2
+                cal.armed, cal.armed_k, cal.armed_bytes = cls + 1, -2, <double>nbytes
                 cal.t0 = hv_now()
             cal.warmed[cls] = True
             return cal.cand[cls][k]
         if cal.wait[cls] > 0:
             cal.wait[cls] -= 1
         else:
-            cal.armed, cal.armed_k = cls + 1, -1
+            cal.armed, cal.armed_k, cal.armed_bytes = cls + 1, -1, <double>nbytes
             cal.t0 = hv_now()
     return cal.pick[cls]
 
@@ -192,6 +195,13 @@ cdef bint cal_may_time(const Calibration* cal, int cls) noexcept nogil:
 cdef void cal_credit(Calibration* cal, double seconds) noexcept nogil:
     if cal.armed:
         cal.t0 -= seconds
+
+
+cdef double as_at(double at, double nbytes) noexcept nogil:
+    """What a call of nbytes takes at `at` bytes, for a time per call of LATENCY_BYTES + bytes:
+    a class's calls vary in size (2x within one; the top class has no bound: 64 MiB calls held
+    to 16 MiB trials read 4x slower, were measured again and mixed sizes in their trials)."""
+    return (LATENCY_BYTES + at) / (LATENCY_BYTES + nbytes)
 
 
 cdef double _median3(const double* t) noexcept nogil:
@@ -376,6 +386,7 @@ cdef int cal_done(Calibration* cal, MPI_Comm comm, Scratch* s) noexcept nogil:
         cal.cand[cls][cal.challenger[cls]] if k == -2 else cal.pick[cls])
     if cal.scale_only < 0 or ran == cal.scale_only:
         t *= cal.scale
+    t *= as_at(cal.at_bytes[cls], cal.armed_bytes)
     if k >= 0:
         return _trial_done(cal, cls, k, t, comm, s)
     cal.window[cls][cal.in_window[cls]] = t
