@@ -296,7 +296,7 @@ cdef inline Calibration* _ways(Context* c, bint fused, bint apart) noexcept nogi
     c.ways_apart's upper ones. Out of place the slots copy the result out once more and the
     direct way writes the peers' outputs in their arenas: at 64 MiB on 2 ranks the slots won
     the class on the benchmark's in-place calls (7.0 ms against 7.8) and then ran its
-    out-of-place calls at 11 ms, where the direct way takes 7.2-8.8."""
+    out-of-place calls at 11-13 ms, where the direct way takes 7.2-9.0."""
     return &c.ways_apart if apart and not fused else &c.ways
 
 
