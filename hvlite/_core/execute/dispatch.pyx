@@ -294,9 +294,10 @@ cdef inline Calibration* _ways(Context* c, bint fused, bint apart) noexcept nogi
     """Where the segment's ways are measured: batches of several tensors in c.ways' upper
     classes, lone buffers in place in its lower ones, lone buffers out of place in
     c.ways_apart's upper ones. Out of place the slots copy the result out once more and the
-    direct way writes the peers' outputs in their arenas: at 64 MiB on 2 ranks the slots won
-    the class on the benchmark's in-place calls (7.0 ms against 7.8) and then ran its
-    out-of-place calls at 11-13 ms, where the direct way takes 7.2-9.0."""
+    direct way writes the peers' outputs in their arenas, so the two kinds rank the ways
+    otherwise: at 16 MiB on 2 ranks the slots won the in-place trials in 8 launches of 8 (by
+    1.15-1.4x), the direct way the out-of-place ones in 6. With one class the benchmark's
+    shuffle decided which kind of call each way's trials ran."""
     return &c.ways_apart if apart and not fused else &c.ways
 
 
