@@ -375,11 +375,10 @@ cdef int _way_done(Context* c, int err) noexcept nogil:
         return err
     # the slots' copy-in, if it rode with the vote, counts (resolved_done); auto may be timing
     # the same call (the segment's confirming window and shm's trials meet). At most one of the
-    # two is armed (every rank alike); the other returns at once.
-    cal_credit(&c.ways, c.shm.credit)
-    cal_credit(&c.ways_apart, c.shm.credit)
-    err = cal_done(&c.ways, c.comm, &c.scratch)
-    return err or cal_done(&c.ways_apart, c.comm, &c.scratch)
+    # two tables timed the call (_ways), the same on every rank.
+    cdef Calibration* w = &c.ways_apart if c.ways_apart.armed else &c.ways
+    cal_credit(w, c.shm.credit)
+    return cal_done(w, c.comm, &c.scratch)
 
 
 cdef int resolved_done(Context* c, int err) noexcept nogil:
